@@ -1,0 +1,9 @@
+//! kvplane core: pure Rust, no N-API. Block hashing for every engine, the index, the replay log
+//! and the wire codecs live here; the Node binding only converts values and maps errors.
+
+pub mod diagnostics;
+pub mod error;
+pub mod hash;
+pub mod int64;
+
+pub use error::{ErrorCode, KvError, KvResult};

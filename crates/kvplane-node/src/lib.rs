@@ -1,0 +1,8 @@
+//! N-API bindings for kvplane: JS values <-> core types, core errors -> JS errors. No domain logic
+//! lives here; every decision is the core's.
+
+mod error;
+mod extra_key;
+mod hash;
+
+pub use hash::*;

@@ -1,0 +1,57 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import type { ExtraKey, HashAlgo, HashBlocksOptions } from '../src/index.js';
+
+export function repoPath(rel: string): string {
+  return fileURLToPath(new URL(`../${rel}`, import.meta.url));
+}
+
+export function readJson<T>(rel: string): T {
+  return JSON.parse(readFileSync(repoPath(rel), 'utf8')) as T;
+}
+
+type FixtureExtraKey = { str: string } | { int: string } | { bytes_hex: string } | { tuple: FixtureExtraKey[] };
+
+export interface HashFixture {
+  name: string;
+  algo: HashAlgo;
+  tokens: number[];
+  block_size: number;
+  options?: {
+    parent_hex?: string;
+    parent?: string;
+    lora_name?: string;
+    lora_id?: string;
+    cache_salt?: string;
+    cache_salt_id?: string;
+    none_hash_seed?: string;
+    extra_keys?: FixtureExtraKey[];
+    first_block_extra_keys?: FixtureExtraKey[];
+  };
+  hashes: string[];
+  digests?: string[];
+  signed?: string[];
+}
+
+function extraKey(k: FixtureExtraKey): ExtraKey {
+  if ('str' in k) return k.str;
+  if ('int' in k) return BigInt(k.int);
+  if ('bytes_hex' in k) return Buffer.from(k.bytes_hex, 'hex');
+  return k.tuple.map(extraKey);
+}
+
+/** The fixture's options in the TS API's shape. `saltAsId` uses the precomputed salt id. */
+export function fixtureOptions(f: HashFixture, saltAsId = false): HashBlocksOptions {
+  const o = f.options ?? {};
+  const opts: HashBlocksOptions = { algo: f.algo, blockSize: f.block_size };
+  if (o.parent_hex !== undefined) opts.parent = Buffer.from(o.parent_hex, 'hex');
+  if (o.parent !== undefined) opts.parent = BigInt(o.parent);
+  if (o.lora_name !== undefined) opts.loraName = o.lora_name;
+  if (o.lora_id !== undefined) opts.loraId = BigInt(o.lora_id);
+  if (o.none_hash_seed !== undefined) opts.noneHashSeed = o.none_hash_seed;
+  if (o.cache_salt !== undefined && !(saltAsId && o.cache_salt_id !== undefined)) opts.cacheSalt = o.cache_salt;
+  else if (o.cache_salt_id !== undefined) opts.cacheSaltId = BigInt(o.cache_salt_id);
+  if (o.extra_keys !== undefined) opts.extraKeys = o.extra_keys.map(extraKey);
+  if (o.first_block_extra_keys !== undefined) opts.firstBlockExtraKeys = o.first_block_extra_keys.map(extraKey);
+  return opts;
+}
