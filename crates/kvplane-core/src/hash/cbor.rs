@@ -53,15 +53,39 @@ fn extra_key(out: &mut Vec<u8>, key: &ExtraKey) {
   }
 }
 
+/// Appends the unsigned ints `tokens` (the hot loop: written into a pre-sized slice, not pushed).
+#[inline]
+fn uints(out: &mut Vec<u8>, tokens: &[u32]) {
+  let start = out.len();
+  out.resize(start + tokens.len() * 5, 0);
+  let buf = &mut out[start..];
+  let mut n = 0;
+  for &t in tokens {
+    let be = t.to_be_bytes();
+    if t < 24 {
+      buf[n] = t as u8;
+      n += 1;
+    } else if t <= 0xff {
+      buf[n..n + 2].copy_from_slice(&[24, t as u8]);
+      n += 2;
+    } else if t <= 0xffff {
+      buf[n..n + 3].copy_from_slice(&[25, be[2], be[3]]);
+      n += 3;
+    } else {
+      buf[n..n + 5].copy_from_slice(&[26, be[0], be[1], be[2], be[3]]);
+      n += 5;
+    }
+  }
+  out.truncate(start + n);
+}
+
 /// Writes `[parent, [tokens...], extra]` where `extra` is `None` for CBOR null.
 pub(super) fn block_tuple(out: &mut Vec<u8>, parent: &[u8], tokens: &[u32], extra: Option<&[ExtraKey]>) {
   out.push((ARRAY << 5) | 3);
   head(out, BYTES, parent.len() as u64);
   out.extend_from_slice(parent);
   head(out, ARRAY, tokens.len() as u64);
-  for &t in tokens {
-    head(out, UINT, t as u64);
-  }
+  uints(out, tokens);
   match extra {
     None => out.push(NULL),
     Some(keys) => {

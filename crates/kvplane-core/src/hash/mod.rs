@@ -7,6 +7,7 @@ mod algo;
 mod cbor;
 mod options;
 mod pickle;
+mod sha256;
 mod sglang;
 mod tokens;
 mod trtllm;

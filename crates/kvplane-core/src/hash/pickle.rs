@@ -84,6 +84,11 @@ impl<'a> Pickler<'a> {
 
   pub(super) fn uint(&mut self, v: u32) {
     self.boundary();
+    self.uint_unframed(v);
+  }
+
+  #[inline(always)]
+  fn uint_unframed(&mut self, v: u32) {
     if v <= 0xff {
       self.out.extend_from_slice(&[BININT1, v as u8]);
     } else if v <= 0xffff {
@@ -112,6 +117,18 @@ impl<'a> Pickler<'a> {
       let enc = encode_long(v);
       self.out.extend_from_slice(&[LONG1, enc.len() as u8]);
       self.out.extend_from_slice(&enc);
+    }
+  }
+
+  /// Writes ints, checking for a frame boundary only when the run could cross one.
+  fn uints(&mut self, tokens: &[u32]) {
+    const MAX_INT_BYTES: usize = 7; // LONG1, length, 5 bytes
+    let frame_len = self.out.len() - self.frame_start - FRAME_HEADER;
+    if frame_len + tokens.len() * MAX_INT_BYTES < FRAME_SIZE_TARGET {
+      self.out.reserve(tokens.len() * MAX_INT_BYTES);
+      tokens.iter().for_each(|&t| self.uint_unframed(t));
+    } else {
+      tokens.iter().for_each(|&t| self.uint(t));
     }
   }
 
@@ -187,7 +204,7 @@ pub(super) fn block_tuple(out: &mut Vec<u8>, parent: &[u8], tokens: &[u32], extr
   let mut p = Pickler::new(out);
   p.tuple(3, |p| {
     p.bytes(parent);
-    p.tuple(tokens.len(), |p| tokens.iter().for_each(|&t| p.uint(t)));
+    p.tuple(tokens.len(), |p| p.uints(tokens));
     match extra {
       None => p.none(),
       Some(keys) => p.tuple(keys.len(), |p| keys.iter().for_each(|k| p.extra_key(k))),

@@ -8,13 +8,13 @@
 use super::first_u64_be;
 use super::options::HashOptions;
 use super::tokens::le_bytes;
-use sha2::{Digest, Sha256};
+use super::sha256::sha256_parts;
 
 const SALT_PREFIX: &[u8] = b"sglang-cache-salt-v1\0";
 
 /// The prior hash SGLang gives the first page of a request with this salt (none when empty).
 fn salt_root(salt: &str) -> Option<[u8; 32]> {
-  (!salt.is_empty()).then(|| Sha256::new().chain_update(SALT_PREFIX).chain_update(salt).finalize().into())
+  (!salt.is_empty()).then(|| sha256_parts(&[SALT_PREFIX, salt.as_bytes()]))
 }
 
 pub(super) fn hash_chain<'a>(
@@ -28,12 +28,11 @@ pub(super) fn hash_chain<'a>(
     None => opts.cache_salt.as_deref().and_then(salt_root),
   };
   for block in blocks {
-    let mut h = Sha256::new();
-    if let Some(p) = &prev {
-      h.update(p);
-    }
-    h.update(le_bytes(block));
-    let d: [u8; 32] = h.finalize().into();
+    let toks = le_bytes(block);
+    let d = match &prev {
+      Some(p) => sha256_parts(&[p, &toks]),
+      None => sha256_parts(&[&toks]),
+    };
     hashes.push(first_u64_be(&d));
     if let Some(out) = digests.as_deref_mut() {
       out.extend_from_slice(&d);

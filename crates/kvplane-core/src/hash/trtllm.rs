@@ -16,7 +16,7 @@ use super::first_u64_be;
 use super::options::HashOptions;
 use super::tokens::le_bytes;
 use crate::error::KvResult;
-use sha2::{Digest, Sha256};
+use super::sha256::{sha256, sha256_parts};
 
 const GOLDEN: u64 = 0x9E37_79B9;
 const MUL1: u64 = 0xBF58_476D_1CE4_E5B9;
@@ -42,7 +42,7 @@ fn mix64(v: u64, seed: u64) -> u64 {
 
 /// TensorRT-LLM's salt id of a salt string: SHA-256, first 8 bytes little-endian.
 pub fn cache_salt_id(salt: &str) -> u64 {
-  let d = Sha256::digest(salt.as_bytes());
+  let d = sha256(salt.as_bytes());
   u64::from_le_bytes(d[..8].try_into().expect("sha256 digest has 32 bytes"))
 }
 
@@ -83,12 +83,11 @@ pub(super) fn v1_chain<'a>(
 }
 
 fn v2_root(lora_id: Option<u64>, salt_id: Option<u64>) -> [u8; 32] {
-  let mut h = Sha256::new();
-  h.update([u8::from(lora_id.is_some()) | (u8::from(salt_id.is_some()) << 1)]);
+  let mut scope = vec![u8::from(lora_id.is_some()) | (u8::from(salt_id.is_some()) << 1)];
   for v in [lora_id, salt_id].into_iter().flatten() {
-    h.update(v.to_le_bytes());
+    scope.extend_from_slice(&v.to_le_bytes());
   }
-  h.finalize().into()
+  sha256(&scope)
 }
 
 pub(super) fn v2_chain<'a>(
@@ -102,10 +101,7 @@ pub(super) fn v2_chain<'a>(
     None => v2_root(opts.lora_id, salt_id(opts)),
   };
   for block in blocks {
-    let mut h = Sha256::new();
-    h.update(parent);
-    h.update(le_bytes(block));
-    parent = h.finalize().into();
+    parent = sha256_parts(&[&parent, &le_bytes(block)]);
     hashes.push(first_u64_be(&parent));
     if let Some(d) = digests.as_deref_mut() {
       d.extend_from_slice(&parent);

@@ -10,7 +10,7 @@ use super::algo::Algo;
 use super::options::{ExtraKey, HashOptions, DEFAULT_NONE_HASH_SEED};
 use super::{cbor, last_u64_be, pickle};
 use crate::error::KvResult;
-use sha2::{Digest as _, Sha256};
+use super::sha256::sha256;
 use xxhash_rust::xxh3::xxh3_128;
 
 /// A digest of up to 32 bytes on the stack.
@@ -34,7 +34,7 @@ impl Digest {
 
 fn digest(algo: Algo, data: &[u8]) -> Digest {
   match algo {
-    Algo::VllmSha256Cbor | Algo::VllmSha256 => Digest { bytes: Sha256::digest(data).into(), len: 32 },
+    Algo::VllmSha256Cbor | Algo::VllmSha256 => Digest { bytes: sha256(data), len: 32 },
     _ => Digest::from_slice(&xxh3_128(data).to_be_bytes()),
   }
 }
