@@ -8,10 +8,10 @@
 //   BENCH_ROUNDS=20 npm run bench:hash
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createInterface } from 'node:readline';
+import { createRequire } from 'node:module';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createRequire } from 'node:module';
+import { createInterface } from 'node:readline';
 
 // The two vCPUs of these VMs run at different speeds: pin this process and its reference children
 // to one CPU (taskset, inherited by the children) so every side runs on the same core.
@@ -131,7 +131,9 @@ const fmt = (s) => {
   const v = rate(s);
   return v >= 1e9 ? `${(v / 1e9).toFixed(2)} G` : `${(v / 1e6).toFixed(1)} M`;
 };
-console.log(`hashBlocks: ${TOKENS} tokens (random u32), block ${BLOCK}; best of ${ROUNDS} alternating rounds; ${cpus()[0]?.model ?? '?'}, node ${process.version}`);
+console.log(
+  `hashBlocks: ${TOKENS} tokens (random u32), block ${BLOCK}; best of ${ROUNDS} alternating rounds; ${cpus()[0]?.model ?? '?'}, node ${process.version}`,
+);
 console.log('| algo | kvplane, JS API (tokens/s) | baseline, same run (tokens/s) | ratio |');
 console.log('|---|---|---|---|');
 for (const [algo, , , ref] of algos) {

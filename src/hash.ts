@@ -1,5 +1,5 @@
-import native from './native.js';
 import { awaitNative, callNative, invalidArg } from './errors.js';
+import native from './native.js';
 
 /** Block hashing algorithms, named as in the spec (§4). */
 export type HashAlgo =
@@ -89,7 +89,10 @@ const OPTION_KEYS: ReadonlySet<string> = new Set([
   'digests',
 ]);
 
-function nativeArgs(tokens: Tokens, options: HashBlocksOptions): [Uint32Array | number[], native.HashBlocksOptions, boolean] {
+function nativeArgs(
+  tokens: Tokens,
+  options: HashBlocksOptions,
+): [Uint32Array | number[], native.HashBlocksOptions, boolean] {
   if (typeof options !== 'object' || options === null) invalidArg('options must be an object');
   // A misspelt option would silently change the hash: refuse unknown keys.
   for (const key of Object.keys(options)) {
@@ -97,7 +100,12 @@ function nativeArgs(tokens: Tokens, options: HashBlocksOptions): [Uint32Array | 
   }
   const { digests = false, ...rest } = options;
   if (typeof digests !== 'boolean') invalidArg('digests must be a boolean');
-  const toks = tokens instanceof Uint32Array ? tokens : Array.isArray(tokens) ? (tokens as number[]) : invalidArg('tokens must be a Uint32Array or an array of numbers');
+  const toks =
+    tokens instanceof Uint32Array
+      ? tokens
+      : Array.isArray(tokens)
+        ? (tokens as number[])
+        : invalidArg('tokens must be a Uint32Array or an array of numbers');
   return [toks, rest as native.HashBlocksOptions, digests];
 }
 

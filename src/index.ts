@@ -1,15 +1,15 @@
 export { KvPlaneError, type KvPlaneErrorCode } from './errors.js';
 export {
-  hashBlocks,
-  hashBlocksAsync,
   digestsHex,
-  toInt64,
-  toUint64,
-  signedView,
-  trtllmCacheSaltId,
+  type ExtraKey,
   type HashAlgo,
   type HashBlocksOptions,
   type HashDigests,
-  type ExtraKey,
+  hashBlocks,
+  hashBlocksAsync,
+  signedView,
   type Tokens,
+  toInt64,
+  toUint64,
+  trtllmCacheSaltId,
 } from './hash.js';

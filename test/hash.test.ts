@@ -1,16 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import {
-  KvPlaneError,
   digestsHex,
+  type HashAlgo,
   hashBlocks,
   hashBlocksAsync,
+  KvPlaneError,
   signedView,
   toInt64,
   toUint64,
   trtllmCacheSaltId,
-  type HashAlgo,
 } from '../src/index.js';
-import { fixtureOptions, readJson, type HashFixture } from './fixtures.js';
+import { fixtureOptions, type HashFixture, readJson } from './fixtures.js';
 
 type Vector = string | { hex: string; u64: string };
 interface SpecVectors {
@@ -55,7 +55,17 @@ describe('spec vectors', () => {
 describe('golden fixtures from the reference implementations', () => {
   it('cover every algorithm', () => {
     const algos = new Set(golden.cases.map((c) => c.algo));
-    for (const a of ['xxh3', 'xxh3_content', 'vllm_sha256_cbor', 'vllm_sha256', 'vllm_xxhash_cbor', 'vllm_xxhash', 'sglang_sha256', 'trtllm_v1_block_key', 'trtllm_v2_sha256']) {
+    for (const a of [
+      'xxh3',
+      'xxh3_content',
+      'vllm_sha256_cbor',
+      'vllm_sha256',
+      'vllm_xxhash_cbor',
+      'vllm_xxhash',
+      'sglang_sha256',
+      'trtllm_v1_block_key',
+      'trtllm_v2_sha256',
+    ]) {
       expect(algos.has(a as HashAlgo), a).toBe(true);
     }
   });
@@ -146,16 +156,25 @@ describe('bad input throws KvPlaneError', () => {
     ['misspelt option', () => hashBlocks(t, { blockSize: 16, lora_name: 'x' } as never)],
     ['options missing', () => hashBlocks(t, undefined as never)],
     ['option the algo does not take', () => hashBlocks(t, { algo: 'xxh3', blockSize: 16, loraName: 'a' })],
-    ['wrong option type', () => hashBlocks(t, { algo: 'vllm_sha256', blockSize: 16, loraName: 5 as unknown as string })],
+    [
+      'wrong option type',
+      () => hashBlocks(t, { algo: 'vllm_sha256', blockSize: 16, loraName: 5 as unknown as string }),
+    ],
     ['digest parent for a u64 algo', () => hashBlocks(t, { algo: 'xxh3', blockSize: 16, parent: new Uint8Array(32) })],
     ['u64 parent for a digest algo', () => hashBlocks(t, { algo: 'sglang_sha256', blockSize: 16, parent: 1n })],
     ['short parent digest', () => hashBlocks(t, { algo: 'sglang_sha256', blockSize: 16, parent: new Uint8Array(8) })],
     ['negative parent', () => hashBlocks(t, { algo: 'xxh3', blockSize: 16, parent: -1n })],
     ['parent above 2^64', () => hashBlocks(t, { algo: 'xxh3', blockSize: 16, parent: 2n ** 64n })],
     ['xxhash without a seed', () => hashBlocks(t, { algo: 'vllm_xxhash', blockSize: 16 })],
-    ['salt and salt id', () => hashBlocks(t, { algo: 'trtllm_v1_block_key', blockSize: 16, cacheSalt: 'a', cacheSaltId: 1n })],
+    [
+      'salt and salt id',
+      () => hashBlocks(t, { algo: 'trtllm_v1_block_key', blockSize: 16, cacheSalt: 'a', cacheSaltId: 1n }),
+    ],
     ['digests for a u64 algo', () => hashBlocks(t, { algo: 'xxh3', blockSize: 16, digests: true })],
-    ['digests not a boolean', () => hashBlocks(t, { algo: 'sglang_sha256', blockSize: 16, digests: 1 as unknown as boolean })],
+    [
+      'digests not a boolean',
+      () => hashBlocks(t, { algo: 'sglang_sha256', blockSize: 16, digests: 1 as unknown as boolean }),
+    ],
     ['unsafe integer extra key', () => hashBlocks(t, { algo: 'vllm_sha256', blockSize: 16, extraKeys: [2 ** 60] })],
     ['toInt64 of a negative', () => toInt64(-1n)],
     ['toUint64 below -2^63', () => toUint64(-(2n ** 63n) - 1n)],

@@ -1,7 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import native from '../src/native.js';
 import { KvPlaneError, toKvPlaneError } from '../src/errors.js';
+import native from '../src/native.js';
 import { repoPath } from './fixtures.js';
 
 describe('panic safety', () => {

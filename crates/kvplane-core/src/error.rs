@@ -45,7 +45,10 @@ pub struct KvError {
 
 impl KvError {
   pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-    KvError { code, message: message.into() }
+    KvError {
+      code,
+      message: message.into(),
+    }
   }
 
   pub fn invalid_arg(message: impl Into<String>) -> Self {

@@ -6,7 +6,9 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn repo_file(rel: &str) -> PathBuf {
-  PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+  PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    .join("../..")
+    .join(rel)
 }
 
 fn load(rel: &str) -> Value {
@@ -15,11 +17,19 @@ fn load(rel: &str) -> Value {
 }
 
 fn tokens(v: &Value) -> Vec<u32> {
-  v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect()
+  v.as_array()
+    .unwrap()
+    .iter()
+    .map(|t| t.as_u64().unwrap() as u32)
+    .collect()
 }
 
 fn u64s(v: &Value) -> Vec<u64> {
-  v.as_array().unwrap().iter().map(|h| h.as_str().unwrap().parse::<u64>().unwrap()).collect()
+  v.as_array()
+    .unwrap()
+    .iter()
+    .map(|h| h.as_str().unwrap().parse::<u64>().unwrap())
+    .collect()
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -27,7 +37,10 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-  (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+  (0..s.len())
+    .step_by(2)
+    .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+    .collect()
 }
 
 fn extra_key(v: &Value) -> ExtraKey {
@@ -86,18 +99,31 @@ fn spec_vectors_match_every_algorithm() {
       }
       if key == "xxh3_content" {
         let got = hash_blocks(&toks, &HashOptions::new(Algo::Xxh3Content, bs), false).unwrap();
-        assert_eq!(got.hashes, vec![want.as_str().unwrap().parse::<u64>().unwrap()], "{name}");
+        assert_eq!(
+          got.hashes,
+          vec![want.as_str().unwrap().parse::<u64>().unwrap()],
+          "{name}"
+        );
         checked += 1;
         continue;
       }
       let algo = Algo::parse(key).unwrap();
-      let got = hash_blocks(&toks, &HashOptions::new(algo, bs), algo.digest_len().is_some()).unwrap();
+      let got = hash_blocks(
+        &toks,
+        &HashOptions::new(algo, bs),
+        algo.digest_len().is_some(),
+      )
+      .unwrap();
       let want_u64: Vec<u64> = want
         .as_array()
         .unwrap()
         .iter()
         .map(|w| match w {
-          Value::String(s) => s.parse::<i64>().map(|v| v as u64).or_else(|_| s.parse::<u64>()).unwrap(),
+          Value::String(s) => s
+            .parse::<i64>()
+            .map(|v| v as u64)
+            .or_else(|_| s.parse::<u64>())
+            .unwrap(),
           Value::Object(o) => {
             assert_eq!(hex(&got.digests[..32]).len(), 64);
             o["u64"].as_str().unwrap().parse::<u64>().unwrap()
@@ -108,7 +134,12 @@ fn spec_vectors_match_every_algorithm() {
       assert_eq!(got.hashes, want_u64, "{name} {key}");
       if algo == Algo::TrtllmV2Sha256 {
         let hexes: Vec<String> = got.digests.chunks(32).map(hex).collect();
-        let want_hex: Vec<&str> = want.as_array().unwrap().iter().map(|w| w["hex"].as_str().unwrap()).collect();
+        let want_hex: Vec<&str> = want
+          .as_array()
+          .unwrap()
+          .iter()
+          .map(|w| w["hex"].as_str().unwrap())
+          .collect();
         assert_eq!(hexes, want_hex, "{name}");
       }
       checked += 1;
@@ -125,8 +156,16 @@ fn trtllm_salt_ids_match_sha256_and_the_older_blake3_form() {
   for id in ids {
     let salt = id["salt"].as_str().unwrap();
     let want = |k: &str| id[k].as_str().unwrap().parse::<u64>().unwrap();
-    assert_eq!(kvplane_core::hash::cache_salt_id(salt), want("sha256"), "{salt}");
-    assert_eq!(kvplane_core::hash::cache_salt_id_blake3(salt), want("blake3"), "{salt}");
+    assert_eq!(
+      kvplane_core::hash::cache_salt_id(salt),
+      want("sha256"),
+      "{salt}"
+    );
+    assert_eq!(
+      kvplane_core::hash::cache_salt_id_blake3(salt),
+      want("blake3"),
+      "{salt}"
+    );
   }
 }
 
@@ -158,22 +197,48 @@ fn golden_fixtures_match_the_reference_implementations() {
     assert_eq!(got.hashes, u64s(&case["hashes"]), "{name}");
     if want_digests {
       let hexes: Vec<String> = got.digests.chunks(got.digest_len.max(1)).map(hex).collect();
-      let want: Vec<&str> = case["digests"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
+      let want: Vec<&str> = case["digests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
       assert_eq!(hexes, want, "{name} digests");
     }
     if let Some(signed) = case.get("signed") {
-      let want: Vec<i64> = signed.as_array().unwrap().iter().map(|s| s.as_str().unwrap().parse().unwrap()).collect();
-      let got_signed: Vec<i64> = got.hashes.iter().map(|&h| kvplane_core::int64::to_int64(h)).collect();
+      let want: Vec<i64> = signed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().parse().unwrap())
+        .collect();
+      let got_signed: Vec<i64> = got
+        .hashes
+        .iter()
+        .map(|&h| kvplane_core::int64::to_int64(h))
+        .collect();
       assert_eq!(got_signed, want, "{name} signed");
     }
     // The `_64` name is the same chain.
     if algo == Algo::TrtllmV2Sha256 {
-      let alias = hash_blocks(&tokens(&case["tokens"]), &HashOptions { algo: Algo::TrtllmV2Sha256_64, ..opts }, false).unwrap();
+      let alias = hash_blocks(
+        &tokens(&case["tokens"]),
+        &HashOptions {
+          algo: Algo::TrtllmV2Sha256_64,
+          ..opts
+        },
+        false,
+      )
+      .unwrap();
       assert_eq!(alias.hashes, got.hashes, "{name} _64 alias");
     }
     *per_algo.entry(algo_name.to_string()).or_default() += 1;
   }
   for algo in Algo::ALL.iter().filter(|a| **a != Algo::TrtllmV2Sha256_64) {
-    assert!(per_algo.get(algo.name()).copied().unwrap_or(0) >= 5, "too few fixtures for {}", algo.name());
+    assert!(
+      per_algo.get(algo.name()).copied().unwrap_or(0) >= 5,
+      "too few fixtures for {}",
+      algo.name()
+    );
   }
 }

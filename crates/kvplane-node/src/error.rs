@@ -34,7 +34,10 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// Runs `f`, turning a panic into an `ERR_INTERNAL` core error.
 pub fn guard<T>(f: impl FnOnce() -> Result<T, KvError>) -> Result<T, KvError> {
   catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-    Err(KvError::new(ErrorCode::Internal, format!("panic in kvplane core: {}", panic_message(&*p))))
+    Err(KvError::new(
+      ErrorCode::Internal,
+      format!("panic in kvplane core: {}", panic_message(&*p)),
+    ))
   })
 }
 

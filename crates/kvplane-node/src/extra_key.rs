@@ -16,12 +16,23 @@ fn arg_error(e: KvError) -> napi::Error {
 fn bigint_i128(v: &BigInt) -> Result<i128> {
   match v.words.as_slice() {
     [] => Ok(0),
-    [w] => Ok(if v.sign_bit { -(*w as i128) } else { *w as i128 }),
-    _ => Err(napi::Error::new(Status::InvalidArg, "extra key bigints must lie in -(2^64-1)..=2^64-1")),
+    [w] => Ok(if v.sign_bit {
+      -(*w as i128)
+    } else {
+      *w as i128
+    }),
+    _ => Err(napi::Error::new(
+      Status::InvalidArg,
+      "extra key bigints must lie in -(2^64-1)..=2^64-1",
+    )),
   }
 }
 
-unsafe fn is(env: sys::napi_env, val: sys::napi_value, f: unsafe extern "C" fn(sys::napi_env, sys::napi_value, *mut bool) -> sys::napi_status) -> bool {
+unsafe fn is(
+  env: sys::napi_env,
+  val: sys::napi_value,
+  f: unsafe extern "C" fn(sys::napi_env, sys::napi_value, *mut bool) -> sys::napi_status,
+) -> bool {
   let mut out = false;
   f(env, val, &mut out) == sys::Status::napi_ok && out
 }
@@ -43,14 +54,19 @@ impl FromNapiValue for JsExtraKey {
     let kind = Unknown::from_napi_value(env, val)?.get_type()?;
     let key = match kind {
       ValueType::String => ExtraKey::Str(String::from_napi_value(env, val)?),
-      ValueType::Number => ExtraKey::from_f64(f64::from_napi_value(env, val)?).map_err(arg_error)?,
+      ValueType::Number => {
+        ExtraKey::from_f64(f64::from_napi_value(env, val)?).map_err(arg_error)?
+      }
       ValueType::BigInt => ExtraKey::Int(bigint_i128(&BigInt::from_napi_value(env, val)?)?),
       ValueType::Object if is(env, val, sys::napi_is_typedarray) => {
         ExtraKey::Bytes(Uint8Array::from_napi_value(env, val)?.to_vec())
       }
-      ValueType::Object if is(env, val, sys::napi_is_array) => {
-        ExtraKey::Tuple(Vec::<JsExtraKey>::from_napi_value(env, val)?.into_iter().map(|k| k.0).collect())
-      }
+      ValueType::Object if is(env, val, sys::napi_is_array) => ExtraKey::Tuple(
+        Vec::<JsExtraKey>::from_napi_value(env, val)?
+          .into_iter()
+          .map(|k| k.0)
+          .collect(),
+      ),
       _ => {
         return Err(napi::Error::new(
           Status::InvalidArg,

@@ -39,13 +39,20 @@ pub struct HashedBlocks {
 fn bigint_u64(name: &str, v: &BigInt) -> KvResult<u64> {
   let (negative, value, lossless) = v.get_u64();
   if negative || !lossless {
-    return Err(KvError::invalid_arg(format!("{name} must be a bigint in 0..=2^64-1")));
+    return Err(KvError::invalid_arg(format!(
+      "{name} must be a bigint in 0..=2^64-1"
+    )));
   }
   Ok(value)
 }
 
 fn core_options(o: &HashBlocksOptions) -> KvResult<HashOptions> {
-  let algo = o.algo.as_deref().map(Algo::parse).transpose()?.unwrap_or_default();
+  let algo = o
+    .algo
+    .as_deref()
+    .map(Algo::parse)
+    .transpose()?
+    .unwrap_or_default();
   let mut opts = HashOptions::new(algo, hash::block_size_from_f64(o.block_size)?);
   opts.parent = match &o.parent {
     None => None,
@@ -53,12 +60,25 @@ fn core_options(o: &HashBlocksOptions) -> KvResult<HashOptions> {
     Some(Either::B(d)) => Some(Parent::Digest(d.to_vec())),
   };
   opts.lora_name = o.lora_name.clone();
-  opts.lora_id = o.lora_id.as_ref().map(|v| bigint_u64("loraId", v)).transpose()?;
+  opts.lora_id = o
+    .lora_id
+    .as_ref()
+    .map(|v| bigint_u64("loraId", v))
+    .transpose()?;
   opts.cache_salt = o.cache_salt.clone();
-  opts.cache_salt_id = o.cache_salt_id.as_ref().map(|v| bigint_u64("cacheSaltId", v)).transpose()?;
+  opts.cache_salt_id = o
+    .cache_salt_id
+    .as_ref()
+    .map(|v| bigint_u64("cacheSaltId", v))
+    .transpose()?;
   opts.none_hash_seed = o.none_hash_seed.clone();
   opts.extra_keys = o.extra_keys.iter().flatten().map(|k| k.0.clone()).collect();
-  opts.first_block_extra_keys = o.first_block_extra_keys.iter().flatten().map(|k| k.0.clone()).collect();
+  opts.first_block_extra_keys = o
+    .first_block_extra_keys
+    .iter()
+    .flatten()
+    .map(|k| k.0.clone())
+    .collect();
   opts.validate()?;
   Ok(opts)
 }
@@ -80,7 +100,10 @@ fn to_hashed(out: BlockHashes) -> HashedBlocks {
 
 /// Chained hashes of every full block of `tokens`.
 #[napi]
-pub fn hash_blocks(tokens: Either<Uint32Array, Vec<f64>>, options: HashBlocksOptions) -> Result<BigUint64Array, Code> {
+pub fn hash_blocks(
+  tokens: Either<Uint32Array, Vec<f64>>,
+  options: HashBlocksOptions,
+) -> Result<BigUint64Array, Code> {
   guard_js(|| {
     let opts = core_options(&options)?;
     let out = hash::hash_blocks(&tokens_of(&tokens)?, &opts, false)?;
@@ -96,7 +119,11 @@ pub fn hash_blocks_with_digests(
 ) -> Result<HashedBlocks, Code> {
   guard_js(|| {
     let opts = core_options(&options)?;
-    Ok(to_hashed(hash::hash_blocks(&tokens_of(&tokens)?, &opts, true)?))
+    Ok(to_hashed(hash::hash_blocks(
+      &tokens_of(&tokens)?,
+      &opts,
+      true,
+    )?))
   })
 }
 
@@ -134,7 +161,11 @@ pub fn hash_blocks_async(
     hash::check_request(&opts, digests)?;
     Ok((tokens_of(&tokens)?.into_owned(), opts))
   })?;
-  Ok(AsyncTask::new(HashTask { tokens, opts, digests }))
+  Ok(AsyncTask::new(HashTask {
+    tokens,
+    opts,
+    digests,
+  }))
 }
 
 /// Two's-complement signed view of a u64 hash.
@@ -157,5 +188,9 @@ pub fn to_uint64(value: BigInt) -> Result<BigInt, Code> {
 /// TensorRT-LLM's salt id of a salt string (SHA-256), or with `blake3` the older routers' id.
 #[napi]
 pub fn trtllm_cache_salt_id(salt: String, blake3: bool) -> BigInt {
-  BigInt::from(if blake3 { hash::cache_salt_id_blake3(&salt) } else { hash::cache_salt_id(&salt) })
+  BigInt::from(if blake3 {
+    hash::cache_salt_id_blake3(&salt)
+  } else {
+    hash::cache_salt_id(&salt)
+  })
 }

@@ -5,4 +5,5 @@ mod error;
 mod extra_key;
 mod hash;
 
+pub use error::panic_probe;
 pub use hash::*;

@@ -57,10 +57,16 @@ impl Algo {
   }
 
   pub fn parse(name: &str) -> KvResult<Algo> {
-    Algo::ALL.into_iter().find(|a| a.name() == name).ok_or_else(|| {
-      let known: Vec<&str> = Algo::ALL.iter().map(|a| a.name()).collect();
-      KvError::invalid_arg(format!("unknown hash algo {name:?}; known: {}", known.join(", ")))
-    })
+    Algo::ALL
+      .into_iter()
+      .find(|a| a.name() == name)
+      .ok_or_else(|| {
+        let known: Vec<&str> = Algo::ALL.iter().map(|a| a.name()).collect();
+        KvError::invalid_arg(format!(
+          "unknown hash algo {name:?}; known: {}",
+          known.join(", ")
+        ))
+      })
   }
 
   /// Bytes of the raw digest, for the algorithms that have one.

@@ -80,7 +80,12 @@ fn uints(out: &mut Vec<u8>, tokens: &[u32]) {
 }
 
 /// Writes `[parent, [tokens...], extra]` where `extra` is `None` for CBOR null.
-pub(super) fn block_tuple(out: &mut Vec<u8>, parent: &[u8], tokens: &[u32], extra: Option<&[ExtraKey]>) {
+pub(super) fn block_tuple(
+  out: &mut Vec<u8>,
+  parent: &[u8],
+  tokens: &[u32],
+  extra: Option<&[ExtraKey]>,
+) {
   out.push((ARRAY << 5) | 3);
   head(out, BYTES, parent.len() as u64);
   out.extend_from_slice(parent);
@@ -121,6 +126,9 @@ mod tests {
     let mut out = Vec::new();
     extra_key(&mut out, &ExtraKey::Int(-1));
     extra_key(&mut out, &ExtraKey::Int(-(1i128 << 64)));
-    assert_eq!(out, [0x20, 0x3b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(
+      out,
+      [0x20, 0x3b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]
+    );
   }
 }

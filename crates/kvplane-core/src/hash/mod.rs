@@ -7,17 +7,17 @@ mod algo;
 mod cbor;
 mod options;
 mod pickle;
-mod sha256;
 mod sglang;
+mod sha256;
 mod tokens;
 mod trtllm;
 mod vllm;
 mod xxh3;
 
 pub use algo::Algo;
+pub use options::{block_size_from_f64, DEFAULT_NONE_HASH_SEED, MAX_BLOCK_SIZE};
 pub use options::{ExtraKey, HashOptions, Parent};
 pub use tokens::tokens_from_f64;
-pub use options::{block_size_from_f64, DEFAULT_NONE_HASH_SEED, MAX_BLOCK_SIZE};
 pub use trtllm::{cache_salt_id, cache_salt_id_blake3};
 pub use xxh3::{content_hash, seq_hash, XXH3_SEED};
 
@@ -38,7 +38,11 @@ pub struct BlockHashes {
 ///
 /// `want_digests` asks for the raw digest bytes too; it is an `ERR_INVALID_ARG` for the algorithms
 /// whose hash is a plain u64 (`xxh3`, `xxh3_content`, `trtllm_v1_block_key`).
-pub fn hash_blocks(tokens: &[u32], opts: &HashOptions, want_digests: bool) -> KvResult<BlockHashes> {
+pub fn hash_blocks(
+  tokens: &[u32],
+  opts: &HashOptions,
+  want_digests: bool,
+) -> KvResult<BlockHashes> {
   check_request(opts, want_digests)?;
   let blocks = tokens.chunks_exact(opts.block_size);
   let mut out = BlockHashes {
@@ -90,5 +94,9 @@ pub(crate) fn first_u64_be(d: &[u8]) -> u64 {
 /// Last 8 bytes of a digest, big-endian.
 #[inline]
 pub(crate) fn last_u64_be(d: &[u8]) -> u64 {
-  u64::from_be_bytes(d[d.len() - 8..].try_into().expect("digest has at least 8 bytes"))
+  u64::from_be_bytes(
+    d[d.len() - 8..]
+      .try_into()
+      .expect("digest has at least 8 bytes"),
+  )
 }

@@ -104,9 +104,14 @@ fn allowed(algo: Algo) -> &'static [Opt] {
   match algo {
     Algo::Xxh3 => &[Parent],
     Algo::Xxh3Content => &[],
-    Algo::VllmSha256Cbor | Algo::VllmSha256 | Algo::VllmXxhashCbor | Algo::VllmXxhash => {
-      &[Parent, LoraName, CacheSalt, NoneHashSeed, ExtraKeys, FirstBlockExtraKeys]
-    }
+    Algo::VllmSha256Cbor | Algo::VllmSha256 | Algo::VllmXxhashCbor | Algo::VllmXxhash => &[
+      Parent,
+      LoraName,
+      CacheSalt,
+      NoneHashSeed,
+      ExtraKeys,
+      FirstBlockExtraKeys,
+    ],
     Algo::SglangSha256 => &[Parent, CacheSalt],
     Algo::TrtllmV1BlockKey | Algo::TrtllmV2Sha256 | Algo::TrtllmV2Sha256_64 => {
       &[Parent, LoraId, CacheSalt, CacheSaltId]
@@ -150,7 +155,10 @@ impl HashOptions {
       (Opt::CacheSaltId, self.cache_salt_id.is_some()),
       (Opt::NoneHashSeed, self.none_hash_seed.is_some()),
       (Opt::ExtraKeys, !self.extra_keys.is_empty()),
-      (Opt::FirstBlockExtraKeys, !self.first_block_extra_keys.is_empty()),
+      (
+        Opt::FirstBlockExtraKeys,
+        !self.first_block_extra_keys.is_empty(),
+      ),
     ]
     .into_iter()
     .filter_map(|(o, set)| set.then_some(o))
@@ -174,7 +182,9 @@ impl HashOptions {
       )));
     }
     if self.cache_salt.is_some() && self.cache_salt_id.is_some() {
-      return Err(KvError::invalid_arg("give cacheSalt or cacheSaltId, not both"));
+      return Err(KvError::invalid_arg(
+        "give cacheSalt or cacheSaltId, not both",
+      ));
     }
     match (&self.parent, algo.digest_len()) {
       (Some(Parent::U64(_)), Some(_)) => {
@@ -214,7 +224,10 @@ impl HashOptions {
     for key in self.extra_keys.iter().chain(&self.first_block_extra_keys) {
       check_extra_key(key, 0)?;
     }
-    for s in [&self.lora_name, &self.cache_salt, &self.none_hash_seed].into_iter().flatten() {
+    for s in [&self.lora_name, &self.cache_salt, &self.none_hash_seed]
+      .into_iter()
+      .flatten()
+    {
       if s.len() > MAX_EXTRA_KEY_BYTES {
         return Err(KvError::invalid_arg(format!(
           "string options are limited to {MAX_EXTRA_KEY_BYTES} bytes"
@@ -245,18 +258,18 @@ fn check_extra_key(key: &ExtraKey, depth: usize) -> KvResult<()> {
   const INT_MIN: i128 = -(1i128 << 64);
   const INT_MAX: i128 = (1i128 << 64) - 1;
   match key {
-    ExtraKey::Str(s) if s.len() > MAX_EXTRA_KEY_BYTES => {
-      Err(KvError::invalid_arg(format!("extra key strings are limited to {MAX_EXTRA_KEY_BYTES} bytes")))
-    }
-    ExtraKey::Bytes(b) if b.len() > MAX_EXTRA_KEY_BYTES => {
-      Err(KvError::invalid_arg(format!("extra key bytes are limited to {MAX_EXTRA_KEY_BYTES} bytes")))
-    }
-    ExtraKey::Int(v) if !(INT_MIN..=INT_MAX).contains(v) => {
-      Err(KvError::invalid_arg("extra key integers must lie in -2^64..=2^64-1"))
-    }
-    ExtraKey::Tuple(_) if depth >= MAX_EXTRA_KEY_DEPTH => {
-      Err(KvError::invalid_arg(format!("extra keys nest at most {MAX_EXTRA_KEY_DEPTH} deep")))
-    }
+    ExtraKey::Str(s) if s.len() > MAX_EXTRA_KEY_BYTES => Err(KvError::invalid_arg(format!(
+      "extra key strings are limited to {MAX_EXTRA_KEY_BYTES} bytes"
+    ))),
+    ExtraKey::Bytes(b) if b.len() > MAX_EXTRA_KEY_BYTES => Err(KvError::invalid_arg(format!(
+      "extra key bytes are limited to {MAX_EXTRA_KEY_BYTES} bytes"
+    ))),
+    ExtraKey::Int(v) if !(INT_MIN..=INT_MAX).contains(v) => Err(KvError::invalid_arg(
+      "extra key integers must lie in -2^64..=2^64-1",
+    )),
+    ExtraKey::Tuple(_) if depth >= MAX_EXTRA_KEY_DEPTH => Err(KvError::invalid_arg(format!(
+      "extra keys nest at most {MAX_EXTRA_KEY_DEPTH} deep"
+    ))),
     ExtraKey::Tuple(items) => items.iter().try_for_each(|k| check_extra_key(k, depth + 1)),
     _ => Ok(()),
   }

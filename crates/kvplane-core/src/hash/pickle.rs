@@ -41,7 +41,10 @@ impl<'a> Pickler<'a> {
   pub(super) fn new(out: &'a mut Vec<u8>) -> Self {
     out.clear();
     out.extend_from_slice(&[PROTO, 5]);
-    let mut p = Pickler { out, frame_start: 0 };
+    let mut p = Pickler {
+      out,
+      frame_start: 0,
+    };
     p.open_frame();
     p
   }
@@ -58,7 +61,9 @@ impl<'a> Pickler<'a> {
       self.out[self.frame_start + 1..self.frame_start + FRAME_HEADER]
         .copy_from_slice(&(len as u64).to_le_bytes());
     } else {
-      self.out.drain(self.frame_start..self.frame_start + FRAME_HEADER);
+      self
+        .out
+        .drain(self.frame_start..self.frame_start + FRAME_HEADER);
     }
   }
 
@@ -147,7 +152,9 @@ impl<'a> Pickler<'a> {
   pub(super) fn str(&mut self, s: &str) {
     self.boundary();
     if s.len() <= 0xff {
-      self.out.extend_from_slice(&[SHORT_BINUNICODE, s.len() as u8]);
+      self
+        .out
+        .extend_from_slice(&[SHORT_BINUNICODE, s.len() as u8]);
     } else {
       self.out.push(BINUNICODE);
       self.out.extend_from_slice(&(s.len() as u32).to_le_bytes());
@@ -179,7 +186,9 @@ impl<'a> Pickler<'a> {
       ExtraKey::Str(s) => self.str(s),
       ExtraKey::Bytes(b) => self.bytes(b),
       ExtraKey::Int(v) => self.int(*v),
-      ExtraKey::Tuple(items) => self.tuple(items.len(), |p| items.iter().for_each(|k| p.extra_key(k))),
+      ExtraKey::Tuple(items) => {
+        self.tuple(items.len(), |p| items.iter().for_each(|k| p.extra_key(k)))
+      }
     }
   }
 }
@@ -200,7 +209,12 @@ fn encode_long(v: i128) -> Vec<u8> {
 }
 
 /// Writes `(parent, (tokens...), extra)` where `extra` is `None` for Python's `None`.
-pub(super) fn block_tuple(out: &mut Vec<u8>, parent: &[u8], tokens: &[u32], extra: Option<&[ExtraKey]>) {
+pub(super) fn block_tuple(
+  out: &mut Vec<u8>,
+  parent: &[u8],
+  tokens: &[u32],
+  extra: Option<&[ExtraKey]>,
+) {
   let mut p = Pickler::new(out);
   p.tuple(3, |p| {
     p.bytes(parent);
@@ -232,8 +246,14 @@ mod tests {
     assert_eq!(encode_long(-128), [0x80]);
     assert_eq!(encode_long(-129), [0x7f, 0xff]);
     assert_eq!(encode_long(1 << 32), [0, 0, 0, 0, 1]);
-    assert_eq!(encode_long(-(1i128 << 31) - 1), [0xff, 0xff, 0xff, 0x7f, 0xff]);
-    assert_eq!(encode_long((1i128 << 64) - 1), [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00]);
+    assert_eq!(
+      encode_long(-(1i128 << 31) - 1),
+      [0xff, 0xff, 0xff, 0x7f, 0xff]
+    );
+    assert_eq!(
+      encode_long((1i128 << 64) - 1),
+      [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00]
+    );
   }
 
   #[test]
@@ -241,6 +261,9 @@ mod tests {
     let mut out = Vec::new();
     text(&mut out, "abc");
     // pickle.dumps("abc", protocol=5)
-    assert_eq!(out, b"\x80\x05\x95\x07\x00\x00\x00\x00\x00\x00\x00\x8c\x03abc\x94.");
+    assert_eq!(
+      out,
+      b"\x80\x05\x95\x07\x00\x00\x00\x00\x00\x00\x00\x8c\x03abc\x94."
+    );
   }
 }

@@ -7,8 +7,8 @@
 
 use super::first_u64_be;
 use super::options::HashOptions;
-use super::tokens::le_bytes;
 use super::sha256::sha256_parts;
+use super::tokens::le_bytes;
 
 const SALT_PREFIX: &[u8] = b"sglang-cache-salt-v1\0";
 

@@ -17,5 +17,9 @@ pub(crate) fn sha256_parts(parts: &[&[u8]]) -> [u8; 32] {
   for p in parts {
     ctx.update(p);
   }
-  ctx.finish().as_ref().try_into().expect("SHA-256 digests have 32 bytes")
+  ctx
+    .finish()
+    .as_ref()
+    .try_into()
+    .expect("SHA-256 digests have 32 bytes")
 }

@@ -43,7 +43,10 @@ mod tests {
 
   #[test]
   fn accepts_integers_across_the_u32_range() {
-    assert_eq!(tokens_from_f64(&[0.0, 1.0, 4294967295.0]).unwrap(), vec![0, 1, u32::MAX]);
+    assert_eq!(
+      tokens_from_f64(&[0.0, 1.0, 4294967295.0]).unwrap(),
+      vec![0, 1, u32::MAX]
+    );
   }
 
   #[test]

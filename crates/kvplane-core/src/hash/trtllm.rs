@@ -14,9 +14,9 @@
 
 use super::first_u64_be;
 use super::options::HashOptions;
+use super::sha256::{sha256, sha256_parts};
 use super::tokens::le_bytes;
 use crate::error::KvResult;
-use super::sha256::{sha256, sha256_parts};
 
 const GOLDEN: u64 = 0x9E37_79B9;
 const MUL1: u64 = 0xBF58_476D_1CE4_E5B9;
@@ -37,7 +37,11 @@ fn mix64(v: u64, seed: u64) -> u64 {
   let mut v = (v ^ (v >> 30)).wrapping_mul(MUL1);
   v = (v ^ (v >> 27)).wrapping_mul(MUL2);
   v ^= v >> 31;
-  seed ^ v.wrapping_add(GOLDEN).wrapping_add(seed << 6).wrapping_add(seed >> 2)
+  seed
+    ^ v
+      .wrapping_add(GOLDEN)
+      .wrapping_add(seed << 6)
+      .wrapping_add(seed >> 2)
 }
 
 /// TensorRT-LLM's salt id of a salt string: SHA-256, first 8 bytes little-endian.
@@ -49,11 +53,17 @@ pub fn cache_salt_id(salt: &str) -> u64 {
 /// The salt id older TensorRT-LLM routers derived: BLAKE3, first 8 bytes little-endian.
 pub fn cache_salt_id_blake3(salt: &str) -> u64 {
   let d = blake3::hash(salt.as_bytes());
-  u64::from_le_bytes(d.as_bytes()[..8].try_into().expect("blake3 digest has 32 bytes"))
+  u64::from_le_bytes(
+    d.as_bytes()[..8]
+      .try_into()
+      .expect("blake3 digest has 32 bytes"),
+  )
 }
 
 fn salt_id(opts: &HashOptions) -> Option<u64> {
-  opts.cache_salt_id.or_else(|| opts.cache_salt.as_deref().map(cache_salt_id))
+  opts
+    .cache_salt_id
+    .or_else(|| opts.cache_salt.as_deref().map(cache_salt_id))
 }
 
 pub(super) fn v1_chain<'a>(

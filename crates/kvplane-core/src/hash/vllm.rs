@@ -8,9 +8,9 @@
 
 use super::algo::Algo;
 use super::options::{ExtraKey, HashOptions, DEFAULT_NONE_HASH_SEED};
+use super::sha256::sha256;
 use super::{cbor, last_u64_be, pickle};
 use crate::error::KvResult;
-use super::sha256::sha256;
 use xxhash_rust::xxh3::xxh3_128;
 
 /// A digest of up to 32 bytes on the stack.
@@ -24,7 +24,10 @@ impl Digest {
   fn from_slice(d: &[u8]) -> Digest {
     let mut bytes = [0u8; 32];
     bytes[..d.len()].copy_from_slice(d);
-    Digest { bytes, len: d.len() }
+    Digest {
+      bytes,
+      len: d.len(),
+    }
   }
 
   fn as_slice(&self) -> &[u8] {
@@ -34,7 +37,10 @@ impl Digest {
 
 fn digest(algo: Algo, data: &[u8]) -> Digest {
   match algo {
-    Algo::VllmSha256Cbor | Algo::VllmSha256 => Digest { bytes: sha256(data), len: 32 },
+    Algo::VllmSha256Cbor | Algo::VllmSha256 => Digest {
+      bytes: sha256(data),
+      len: 32,
+    },
     _ => Digest::from_slice(&xxh3_128(data).to_be_bytes()),
   }
 }
@@ -66,7 +72,10 @@ pub(super) fn hash_chain<'a>(
   let mut parent = match explicit_parent {
     Some(d) => Digest::from_slice(d),
     None => {
-      let seed = opts.none_hash_seed.as_deref().unwrap_or(DEFAULT_NONE_HASH_SEED);
+      let seed = opts
+        .none_hash_seed
+        .as_deref()
+        .unwrap_or(DEFAULT_NONE_HASH_SEED);
       none_hash(algo, seed, &mut buf)
     }
   };
@@ -82,7 +91,11 @@ pub(super) fn hash_chain<'a>(
   let first_differs = explicit_parent.is_none() && keys.len() > every_block;
 
   for (i, block) in blocks.enumerate() {
-    let n = if i == 0 && first_differs { keys.len() } else { every_block };
+    let n = if i == 0 && first_differs {
+      keys.len()
+    } else {
+      every_block
+    };
     let extra = (n > 0).then(|| &keys[..n]);
     buf.clear();
     if uses_cbor(algo) {
