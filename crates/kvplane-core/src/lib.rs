@@ -3,7 +3,11 @@
 
 pub mod diagnostics;
 pub mod error;
+pub mod event;
 pub mod hash;
+pub mod index;
+pub mod indexer;
 pub mod int64;
+pub mod log;
 
 pub use error::{ErrorCode, KvError, KvResult};

@@ -1,0 +1,195 @@
+//! `find_matches`: per worker, how many consecutive leading blocks of a request it holds.
+//!
+//! Engines evict from the tail, so a worker's blocks are prefix-closed: if it holds block i of a
+//! chain it holds blocks 0..i too. For such workers the set holding block i shrinks as i grows,
+//! and two positions holding the same number of prefix-closed workers hold the same ones. The
+//! search bisects between positions whose counts differ, so it costs O(changes x log n) lookups
+//! instead of n. Workers that are not prefix-closed (an inner block was removed) are scanned
+//! exactly.
+
+use super::node::{Node, EMPTY};
+use super::{Index, WorkerKey};
+
+#[derive(Debug, Clone, Default)]
+pub struct MatchOptions {
+  /// Only score these workers.
+  pub workers: Option<Vec<WorkerKey>>,
+  /// Stop as soon as at most one candidate worker is left (its score is then a lower bound).
+  pub early_exit: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Matches {
+  /// Workers holding at least the first block, with their count of consecutive leading blocks.
+  pub scores: Vec<(WorkerKey, u32)>,
+  /// Blocks held per (scored-candidate) worker.
+  pub tree_sizes: Vec<(WorkerKey, u64)>,
+}
+
+const UNSEEN: u32 = u32::MAX - 1;
+
+struct Probe<'a> {
+  index: &'a Index,
+  seqs: &'a [u64],
+  /// Node index per position, UNSEEN until looked up, EMPTY when absent.
+  nodes: Vec<u32>,
+}
+
+impl Probe<'_> {
+  fn node(&mut self, i: usize) -> Option<&Node> {
+    if self.nodes[i] == UNSEEN {
+      self.nodes[i] = self.index.by_key.get(self.seqs[i]).unwrap_or(EMPTY);
+    }
+    match self.nodes[i] {
+      EMPTY => None,
+      n => Some(&self.index.nodes[n as usize]),
+    }
+  }
+
+  fn has(&mut self, i: usize, slot: u32) -> bool {
+    let sets = &self.index.sets;
+    self.node(i).is_some_and(|n| sets.contains(n, slot))
+  }
+
+  /// Members at position i that are candidates and prefix-closed.
+  fn closed_count(&mut self, i: usize, candidate: &[bool]) -> usize {
+    let index = self.index;
+    let Some(n) = self.node(i) else { return 0 };
+    let n = *n;
+    if index.open_workers == 0 && candidate.is_empty() {
+      return index.sets.len(&n);
+    }
+    let mut c = 0;
+    index.sets.for_each(&n, |s| {
+      if index.workers[s as usize].prefix_closed && (candidate.is_empty() || candidate[s as usize])
+      {
+        c += 1;
+      }
+    });
+    c
+  }
+}
+
+impl Index {
+  /// Scores every worker for a request given as its chained block hashes (the index's keys).
+  pub fn find_matches(&self, seqs: &[u64], opts: &MatchOptions) -> Matches {
+    let mut out = Matches::default();
+    // Candidate filter by slot (empty = every worker).
+    let mut candidate: Vec<bool> = Vec::new();
+    if let Some(ws) = &opts.workers {
+      candidate = vec![false; self.workers.len()];
+      for w in ws {
+        if let Some(&s) = self.slots.get(w) {
+          candidate[s as usize] = true;
+        }
+      }
+    }
+    let is_candidate = |s: u32| candidate.is_empty() || candidate[s as usize];
+    let mut probe = Probe {
+      index: self,
+      seqs,
+      nodes: vec![UNSEEN; seqs.len()],
+    };
+    let mut score = vec![0u32; self.workers.len()];
+    let mut first: Vec<u32> = Vec::new();
+    if let Some(n0) = (!seqs.is_empty()).then(|| probe.node(0).copied()).flatten() {
+      self.sets.for_each(&n0, |s| {
+        if is_candidate(s) {
+          first.push(s);
+        }
+      });
+    }
+
+    if opts.early_exit {
+      self.scan(&mut probe, &first, &mut score, true);
+    } else {
+      let (closed, open): (Vec<u32>, Vec<u32>) = first
+        .iter()
+        .partition(|&&s| self.workers[s as usize].prefix_closed);
+      if !closed.is_empty() {
+        self.bisect(&mut probe, &candidate, &mut score);
+      }
+      self.scan(&mut probe, &open, &mut score, false);
+    }
+
+    for &s in &first {
+      let key = self.workers[s as usize].key;
+      out.scores.push((key, score[s as usize]));
+      out
+        .tree_sizes
+        .push((key, self.workers[s as usize].engine.len() as u64));
+    }
+    out
+  }
+
+  /// Exact scan for `slots`: walk positions until each has left. With `early_exit`, stop when at
+  /// most one is left and credit it with the depth reached.
+  fn scan(&self, probe: &mut Probe<'_>, slots: &[u32], score: &mut [u32], early_exit: bool) {
+    let mut alive: Vec<u32> = slots.to_vec();
+    let n = probe.seqs.len();
+    let mut i = 0;
+    while i < n && !alive.is_empty() {
+      if early_exit && alive.len() == 1 {
+        break;
+      }
+      alive.retain(|&s| {
+        let held = probe.has(i, s);
+        if !held {
+          score[s as usize] = i as u32;
+        }
+        held
+      });
+      i += 1;
+    }
+    for s in alive {
+      score[s as usize] = i as u32;
+    }
+  }
+
+  /// Jump search for the prefix-closed workers holding block 0.
+  fn bisect(&self, probe: &mut Probe<'_>, candidate: &[bool], score: &mut [u32]) {
+    let n = probe.seqs.len();
+    let last = n - 1;
+    let credit = |probe: &mut Probe<'_>, i: usize, next: Option<usize>, score: &mut [u32]| {
+      // Closed candidates at i that are not at `next` have exactly i + 1 leading blocks.
+      let Some(node) = probe.node(i).copied() else {
+        return;
+      };
+      let mut members = Vec::new();
+      self.sets.for_each(&node, |s| {
+        if self.workers[s as usize].prefix_closed && (candidate.is_empty() || candidate[s as usize])
+        {
+          members.push(s);
+        }
+      });
+      for s in members {
+        if next.is_none_or(|j| !probe.has(j, s)) {
+          score[s as usize] = i as u32 + 1;
+        }
+      }
+    };
+    let mut stack = vec![(0usize, last)];
+    let mut counts = std::collections::HashMap::new();
+    let mut count = |probe: &mut Probe<'_>, i: usize| {
+      *counts
+        .entry(i)
+        .or_insert_with(|| probe.closed_count(i, candidate))
+    };
+    while let Some((lo, hi)) = stack.pop() {
+      if lo == hi {
+        continue;
+      }
+      if count(probe, lo) == count(probe, hi) {
+        continue;
+      }
+      if hi == lo + 1 {
+        credit(probe, lo, Some(hi), score);
+      } else {
+        let mid = lo + (hi - lo) / 2;
+        stack.push((mid, hi));
+        stack.push((lo, mid));
+      }
+    }
+    credit(probe, last, None, score);
+  }
+}

@@ -1,0 +1,461 @@
+//! The multi-worker KV block index (SPEC §5).
+//!
+//! Blocks are keyed by their chained `xxh3` content hash, computed here from each stored event's
+//! tokens, so routers match any engine without knowing its hash algorithm (`KeyBy::Engine` keys
+//! by the engine's hash instead, for hash-only events). Each worker keeps a map from the engine's
+//! opaque block hash to the indexed block, for parent lookup and removal.
+//!
+//! Removing an inner block leaves the worker's descendants of it unreachable for matching (a
+//! match counts consecutive leading blocks). They stay indexed and counted
+//! (`unreachable_blocks`) until the engine removes them or clears, and that worker is matched by
+//! an exact scan from then on instead of the jump search. Nodes no worker holds are reclaimed as
+//! soon as no other node chains from them, so nothing leaks.
+
+mod dump;
+mod matching;
+mod node;
+mod sets;
+pub mod table;
+
+pub use dump::{DumpEvent, WorkerDump};
+pub use matching::{MatchOptions, Matches};
+
+use crate::error::{ErrorCode, KvError, KvResult};
+use crate::event::{KvEvent, RemovedEvent, StoredEvent};
+use crate::hash::{content_hash, seq_hash};
+use node::{Node, NONE};
+use sets::Sets;
+use std::collections::HashMap;
+use table::U64Map;
+
+/// A worker: one engine instance (`worker_id`) and one of its data-parallel ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkerKey {
+  pub worker_id: u64,
+  pub dp_rank: u32,
+}
+
+/// What blocks are keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyBy {
+  /// The chained `xxh3` content hash of the tokens (engine-independent). The default.
+  #[default]
+  Content,
+  /// The engine's own block hash (hash-only events; matching must hash like the engine).
+  Engine,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct IndexConfig {
+  pub key_by: KeyBy,
+  /// Keep each block's tokens (for tree dumps consumers can content-hash).
+  pub retain_tokens: bool,
+}
+
+impl Default for IndexConfig {
+  fn default() -> Self {
+    IndexConfig {
+      key_by: KeyBy::Content,
+      retain_tokens: true,
+    }
+  }
+}
+
+/// Why an event (or part of it) was not applied. Every drop is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+  /// A stored event whose parent the worker does not hold: dropped, worker needs recovery.
+  UnknownParent,
+  /// A removed hash the worker does not hold.
+  UnknownRemoved,
+  /// A stored block the worker already held (idempotent, not an error).
+  DuplicateStore,
+  /// A stored event whose tokens do not split into `block_size` x hashes: the worker's state is
+  /// cleared and it needs recovery (fail closed).
+  UnsupportedLayout,
+}
+
+impl DropReason {
+  pub const ALL: [DropReason; 4] = [
+    DropReason::UnknownParent,
+    DropReason::UnknownRemoved,
+    DropReason::DuplicateStore,
+    DropReason::UnsupportedLayout,
+  ];
+
+  pub const fn name(self) -> &'static str {
+    match self {
+      DropReason::UnknownParent => "unknown_parent",
+      DropReason::UnknownRemoved => "unknown_removed",
+      DropReason::DuplicateStore => "duplicate_store",
+      DropReason::UnsupportedLayout => "unsupported_layout",
+    }
+  }
+}
+
+pub(crate) struct WorkerState {
+  pub key: WorkerKey,
+  /// Engine block hash -> node.
+  pub engine: U64Map,
+  /// True while every block the worker holds has its parent held too.
+  pub prefix_closed: bool,
+  pub needs_recovery: bool,
+  /// Blocks held whose chain to a root is broken by an inner removal.
+  pub unreachable: u64,
+}
+
+/// Per-worker figures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerStats {
+  pub worker: WorkerKey,
+  pub blocks: u64,
+  pub unreachable_blocks: u64,
+  pub needs_recovery: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IndexStats {
+  /// Distinct indexed blocks (nodes).
+  pub blocks: u64,
+  /// (worker, block) memberships.
+  pub memberships: u64,
+  pub workers: u64,
+  /// Heap bytes held by the index.
+  pub bytes: u64,
+  pub drops: Vec<(DropReason, u64)>,
+  pub per_worker: Vec<WorkerStats>,
+}
+
+pub struct Index {
+  cfg: IndexConfig,
+  nodes: Vec<Node>,
+  free_nodes: Vec<u32>,
+  by_key: U64Map,
+  sets: Sets,
+  tokens: Vec<Box<[u32]>>,
+  workers: Vec<WorkerState>,
+  slots: HashMap<WorkerKey, u32>,
+  memberships: u64,
+  /// Workers that are not prefix-closed (matched by exact scan).
+  open_workers: u32,
+  drops: [u64; 4],
+}
+
+impl Index {
+  pub fn new(cfg: IndexConfig) -> Index {
+    Index {
+      cfg,
+      nodes: Vec::new(),
+      free_nodes: Vec::new(),
+      by_key: U64Map::default(),
+      sets: Sets::default(),
+      tokens: Vec::new(),
+      workers: Vec::new(),
+      slots: HashMap::new(),
+      memberships: 0,
+      open_workers: 0,
+      drops: [0; 4],
+    }
+  }
+
+  pub fn config(&self) -> IndexConfig {
+    self.cfg
+  }
+
+  fn drop_event(&mut self, reason: DropReason, n: u64) {
+    self.drops[reason as usize] += n;
+  }
+
+  fn slot(&mut self, w: WorkerKey) -> u32 {
+    if let Some(&s) = self.slots.get(&w) {
+      return s;
+    }
+    let s = self.workers.len() as u32;
+    self.workers.push(WorkerState {
+      key: w,
+      engine: U64Map::default(),
+      prefix_closed: true,
+      needs_recovery: false,
+      unreachable: 0,
+    });
+    self.slots.insert(w, s);
+    s
+  }
+
+  /// Applies one event for a worker. Events that cannot be applied are counted, never silently
+  /// lost; only an unsupported layout is also returned as an error (the worker was cleared).
+  pub fn apply(&mut self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
+    let slot = self.slot(w);
+    match ev {
+      KvEvent::Stored(s) => self.store(slot, s),
+      KvEvent::Removed(r) => {
+        self.remove(slot, r);
+        Ok(())
+      }
+      KvEvent::Cleared => {
+        self.clear_slot(slot);
+        Ok(())
+      }
+    }
+  }
+
+  /// Whether a stored event's tokens split into `block_size` x hashes (`Err` says why not).
+  pub fn check_layout(&self, s: &StoredEvent) -> KvResult<()> {
+    let hash_only = self.cfg.key_by == KeyBy::Engine && s.token_ids.is_empty();
+    if hash_only {
+      return Ok(());
+    }
+    let bs = s.block_size as usize;
+    if bs == 0 || s.token_ids.len() != s.block_hashes.len() * bs {
+      return Err(KvError::new(
+        ErrorCode::UnsupportedLayout,
+        format!(
+          "Unsupported BlockStored layout: {} tokens for {} block hashes of block_size {} (null, masked or partial blocks cannot be indexed losslessly)",
+          s.token_ids.len(),
+          s.block_hashes.len(),
+          s.block_size
+        ),
+      ));
+    }
+    Ok(())
+  }
+
+  fn store(&mut self, slot: u32, s: &StoredEvent) -> KvResult<()> {
+    if let Err(e) = self.check_layout(s) {
+      self.drop_event(DropReason::UnsupportedLayout, 1);
+      self.clear_slot(slot);
+      self.workers[slot as usize].needs_recovery = true;
+      return Err(e);
+    }
+    let (mut prev, mut prev_key) = match s.parent_block_hash {
+      None => (NONE, None),
+      Some(p) => match self.workers[slot as usize].engine.get(p) {
+        Some(n) => (n, Some(self.nodes[n as usize].key)),
+        None => {
+          self.drop_event(DropReason::UnknownParent, 1);
+          self.workers[slot as usize].needs_recovery = true;
+          return Ok(());
+        }
+      },
+    };
+    let bs = s.block_size as usize;
+    for (i, &eh) in s.block_hashes.iter().enumerate() {
+      let tokens = if s.token_ids.is_empty() {
+        &[][..]
+      } else {
+        &s.token_ids[i * bs..(i + 1) * bs]
+      };
+      let key = match self.cfg.key_by {
+        KeyBy::Engine => eh,
+        KeyBy::Content => {
+          let c = content_hash(tokens);
+          prev_key.map_or(c, |p| seq_hash(p, c))
+        }
+      };
+      if let Some(existing) = self.workers[slot as usize].engine.get(eh) {
+        if self.nodes[existing as usize].key == key {
+          self.drop_event(DropReason::DuplicateStore, 1);
+          prev = existing;
+          prev_key = Some(key);
+          continue;
+        }
+        // The engine reused an id for other content: the old block is gone.
+        self.remove_one(slot, eh);
+      }
+      let node = self.node_for(key, prev);
+      if self.cfg.retain_tokens && self.tokens[node as usize].is_empty() && !tokens.is_empty() {
+        self.tokens[node as usize] = tokens.into();
+      }
+      if self.sets.insert(&mut self.nodes[node as usize], slot) {
+        self.memberships += 1;
+        if prev != NONE {
+          if let Some(k) = self.sets.kids_mut(&mut self.nodes[prev as usize], slot) {
+            *k += 1;
+          }
+        }
+      }
+      self.workers[slot as usize].engine.insert(eh, node);
+      prev = node;
+      prev_key = Some(key);
+    }
+    Ok(())
+  }
+
+  fn node_for(&mut self, key: u64, parent: u32) -> u32 {
+    if let Some(n) = self.by_key.get(key) {
+      return n;
+    }
+    let node = Node::new(key, parent);
+    let idx = match self.free_nodes.pop() {
+      Some(i) => {
+        self.nodes[i as usize] = node;
+        i
+      }
+      None => {
+        self.nodes.push(node);
+        if self.cfg.retain_tokens {
+          self.tokens.push(Box::default());
+        }
+        (self.nodes.len() - 1) as u32
+      }
+    };
+    if parent != NONE {
+      self.nodes[parent as usize].child_nodes += 1;
+    }
+    self.by_key.insert(key, idx);
+    idx
+  }
+
+  /// Frees `n` and then its ancestors while they have no workers and no child nodes.
+  fn reclaim(&mut self, mut n: u32) {
+    while n != NONE {
+      let node = self.nodes[n as usize];
+      if node.parent == node::FREED || node.set != node::EMPTY || node.child_nodes != 0 {
+        return;
+      }
+      self.by_key.remove(node.key);
+      if let Some(t) = self.tokens.get_mut(n as usize) {
+        *t = Box::default();
+      }
+      self.free_nodes.push(n);
+      self.nodes[n as usize] = Node::freed();
+      if node.parent != NONE {
+        self.nodes[node.parent as usize].child_nodes -= 1;
+      }
+      n = node.parent;
+    }
+  }
+
+  fn remove(&mut self, slot: u32, r: &RemovedEvent) {
+    for &eh in &r.block_hashes {
+      if !self.remove_one(slot, eh) {
+        self.drop_event(DropReason::UnknownRemoved, 1);
+      }
+    }
+  }
+
+  fn remove_one(&mut self, slot: u32, eh: u64) -> bool {
+    let Some(node) = self.workers[slot as usize].engine.remove(eh) else {
+      return false;
+    };
+    let kids = self
+      .sets
+      .remove(&mut self.nodes[node as usize], slot)
+      .unwrap_or(0);
+    self.memberships -= 1;
+    let w = &mut self.workers[slot as usize];
+    if kids > 0 {
+      w.unreachable += kids as u64;
+      if w.prefix_closed {
+        w.prefix_closed = false;
+        self.open_workers += 1;
+      }
+    }
+    let parent = self.nodes[node as usize].parent;
+    let parent_held = parent != NONE && {
+      match self.sets.kids_mut(&mut self.nodes[parent as usize], slot) {
+        Some(k) => {
+          *k = k.saturating_sub(1);
+          true
+        }
+        None => false,
+      }
+    };
+    if parent != NONE && !parent_held {
+      // This block was itself unreachable.
+      let w = &mut self.workers[slot as usize];
+      w.unreachable = w.unreachable.saturating_sub(1);
+    }
+    self.reclaim(node);
+    true
+  }
+
+  fn clear_slot(&mut self, slot: u32) {
+    let engine = std::mem::take(&mut self.workers[slot as usize].engine);
+    for (_, node) in engine.iter() {
+      if self
+        .sets
+        .remove(&mut self.nodes[node as usize], slot)
+        .is_some()
+      {
+        self.memberships -= 1;
+      }
+    }
+    for (_, node) in engine.iter() {
+      self.reclaim(node);
+    }
+    let w = &mut self.workers[slot as usize];
+    if !w.prefix_closed {
+      self.open_workers -= 1;
+    }
+    w.prefix_closed = true;
+    w.needs_recovery = false;
+    w.unreachable = 0;
+  }
+
+  /// Drops every block of `w` (as a `cleared` event would).
+  pub fn clear_worker(&mut self, w: WorkerKey) {
+    if let Some(&slot) = self.slots.get(&w) {
+      self.clear_slot(slot);
+    }
+  }
+
+  /// Workers known to the index (held blocks or not).
+  pub fn workers(&self) -> impl Iterator<Item = WorkerKey> + '_ {
+    self.workers.iter().map(|w| w.key)
+  }
+
+  /// Whether a worker dropped events (unknown parent, unsupported layout) and needs recovery.
+  pub fn needs_recovery(&self, w: WorkerKey) -> bool {
+    self
+      .slots
+      .get(&w)
+      .is_some_and(|&s| self.workers[s as usize].needs_recovery)
+  }
+
+  pub fn worker_blocks(&self, w: WorkerKey) -> u64 {
+    self
+      .slots
+      .get(&w)
+      .map_or(0, |&s| self.workers[s as usize].engine.len() as u64)
+  }
+
+  pub fn stats(&self) -> IndexStats {
+    let node_bytes = self.nodes.capacity() * std::mem::size_of::<Node>()
+      + self.free_nodes.capacity() * 4
+      + self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
+      + self.tokens.iter().map(|t| t.len() * 4).sum::<usize>();
+    let worker_bytes: usize = self
+      .workers
+      .iter()
+      .map(|w| w.engine.bytes() + std::mem::size_of::<WorkerState>())
+      .sum();
+    IndexStats {
+      blocks: (self.nodes.len() - self.free_nodes.len()) as u64,
+      memberships: self.memberships,
+      workers: self.workers.len() as u64,
+      bytes: (node_bytes + worker_bytes + self.by_key.bytes() + self.sets.bytes()) as u64,
+      drops: DropReason::ALL
+        .iter()
+        .map(|&r| (r, self.drops[r as usize]))
+        .collect(),
+      per_worker: self
+        .workers
+        .iter()
+        .map(|w| WorkerStats {
+          worker: w.key,
+          blocks: w.engine.len() as u64,
+          unreachable_blocks: w.unreachable,
+          needs_recovery: w.needs_recovery,
+        })
+        .collect(),
+    }
+  }
+
+  /// Heap bytes of the index without retained tokens (for the per-membership memory figure).
+  pub fn bytes_without_tokens(&self) -> u64 {
+    let tokens = self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
+      + self.tokens.iter().map(|t| t.len() * 4).sum::<usize>();
+    self.stats().bytes - tokens as u64
+  }
+}

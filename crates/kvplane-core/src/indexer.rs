@@ -1,0 +1,317 @@
+//! `LocalIndexer`: the index, the replay log and the stream's seq and epoch, behind one lock on
+//! an engine node (SPEC §5, §6). Recovery answers follow SPEC §3.4.
+
+use crate::error::{KvError, KvResult};
+use crate::event::{Batch, MAX_BATCH_EVENTS};
+use crate::index::{Index, IndexConfig, WorkerDump, WorkerKey};
+use crate::log::{ReplayLog, DEFAULT_BUFFER_STEPS};
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy)]
+pub struct LocalIndexerConfig {
+  pub index: IndexConfig,
+  /// Batches retained for replay.
+  pub buffer_steps: usize,
+  /// This node's worker id; workers are `(worker_id, dp_rank)`.
+  pub worker_id: u64,
+  /// This publisher incarnation's epoch.
+  pub epoch: u64,
+}
+
+impl Default for LocalIndexerConfig {
+  fn default() -> Self {
+    LocalIndexerConfig {
+      index: IndexConfig::default(),
+      buffer_steps: DEFAULT_BUFFER_STEPS,
+      worker_id: 0,
+      epoch: 0,
+    }
+  }
+}
+
+/// The answer to a recovery request for `start..=end`.
+#[derive(Debug, Clone)]
+pub enum Recovery {
+  /// The range is in the log: batches `start..=min(end, last_seq)`.
+  Events {
+    batches: Vec<Arc<Batch>>,
+    last_seq: u64,
+    epoch: u64,
+  },
+  /// `start` is older than the log (or absent): the whole index, as of `last_seq`.
+  TreeDump {
+    workers: Vec<WorkerDump>,
+    last_seq: u64,
+    epoch: u64,
+  },
+  /// `start` is past the newest batch.
+  TooNew { last_seq: u64, epoch: u64 },
+  /// `end < start`.
+  InvalidRange {
+    reason: String,
+    last_seq: u64,
+    epoch: u64,
+  },
+}
+
+/// What applying a batch did.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyReport {
+  /// The seq the batch was logged under.
+  pub seq: u64,
+  /// Events that failed closed (unsupported layout); their worker was cleared.
+  pub errors: Vec<KvError>,
+}
+
+pub struct LocalIndexer {
+  cfg: LocalIndexerConfig,
+  index: Index,
+  log: ReplayLog,
+  last_seq: u64,
+}
+
+impl LocalIndexer {
+  pub fn new(cfg: LocalIndexerConfig) -> LocalIndexer {
+    LocalIndexer {
+      cfg,
+      index: Index::new(cfg.index),
+      log: ReplayLog::new(cfg.buffer_steps),
+      last_seq: 0,
+    }
+  }
+
+  pub fn index(&self) -> &Index {
+    &self.index
+  }
+
+  pub fn last_seq(&self) -> u64 {
+    self.last_seq
+  }
+
+  pub fn oldest_seq(&self) -> Option<u64> {
+    self.log.oldest_seq()
+  }
+
+  pub fn epoch(&self) -> u64 {
+    self.cfg.epoch
+  }
+
+  pub fn worker_id(&self) -> u64 {
+    self.cfg.worker_id
+  }
+
+  /// Applies a batch and logs it. `batch.seq` 0 means "assign the next seq"; otherwise it must
+  /// be exactly the next one (the stream is dense).
+  pub fn apply_batch(&mut self, mut batch: Batch) -> KvResult<ApplyReport> {
+    let next = self.last_seq + 1;
+    if batch.seq == 0 {
+      batch.seq = next;
+    } else if batch.seq != next {
+      return Err(KvError::invalid_arg(format!(
+        "batch seq {} is not the next seq {next}",
+        batch.seq
+      )));
+    }
+    if batch.events.len() > MAX_BATCH_EVENTS {
+      return Err(KvError::invalid_arg(format!(
+        "a batch holds at most {MAX_BATCH_EVENTS} events, got {}",
+        batch.events.len()
+      )));
+    }
+    let dp_rank = match batch.dp_rank {
+      None => 0,
+      Some(r) if r >= 0 => r as u32,
+      Some(r) => return Err(KvError::invalid_arg(format!("dpRank {r} is negative"))),
+    };
+    let worker = WorkerKey {
+      worker_id: self.cfg.worker_id,
+      dp_rank,
+    };
+    let mut report = ApplyReport {
+      seq: batch.seq,
+      errors: Vec::new(),
+    };
+    for ev in &batch.events {
+      if let Err(e) = self.index.apply(worker, ev) {
+        report.errors.push(e);
+      }
+    }
+    self.last_seq = batch.seq;
+    self.log.push(Arc::new(batch));
+    Ok(report)
+  }
+
+  /// SPEC §3.4: `Events`, `TreeDump`, `TooNew` or `InvalidRange` for `start..=end`.
+  pub fn get_events(&self, start: Option<u64>, end: Option<u64>) -> Recovery {
+    let (last_seq, epoch) = (self.last_seq, self.cfg.epoch);
+    if let (Some(s), Some(e)) = (start, end) {
+      if e < s {
+        return Recovery::InvalidRange {
+          reason: format!("end {e} < start {s}"),
+          last_seq,
+          epoch,
+        };
+      }
+    }
+    let Some(start) = start else {
+      return self.tree_dump();
+    };
+    if start > last_seq {
+      return Recovery::TooNew { last_seq, epoch };
+    }
+    match self.log.oldest_seq() {
+      Some(oldest) if start >= oldest => {
+        let end = end.unwrap_or(last_seq).min(last_seq);
+        Recovery::Events {
+          batches: self.log.range(start, end),
+          last_seq,
+          epoch,
+        }
+      }
+      _ => self.tree_dump(),
+    }
+  }
+
+  /// The whole index as stored events, with the seq it reflects.
+  pub fn tree_dump(&self) -> Recovery {
+    Recovery::TreeDump {
+      workers: self.index.dump(),
+      last_seq: self.last_seq,
+      epoch: self.cfg.epoch,
+    }
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use crate::event::{KvEvent, StoredEvent};
+
+  fn stored(hashes: &[u64], parent: Option<u64>) -> KvEvent {
+    KvEvent::Stored(StoredEvent {
+      block_hashes: hashes.to_vec(),
+      parent_block_hash: parent,
+      token_ids: hashes.iter().flat_map(|h| [*h as u32, 7]).collect(),
+      block_size: 2,
+      ..Default::default()
+    })
+  }
+
+  fn batch(events: Vec<KvEvent>) -> Batch {
+    Batch {
+      seq: 0,
+      ts: 1.0,
+      dp_rank: Some(0),
+      events,
+    }
+  }
+
+  fn indexer(buffer_steps: usize) -> LocalIndexer {
+    LocalIndexer::new(LocalIndexerConfig {
+      buffer_steps,
+      epoch: 42,
+      ..Default::default()
+    })
+  }
+
+  #[test]
+  fn answers_events_from_the_log_and_a_tree_dump_before_it() {
+    let mut ix = indexer(3);
+    ix.apply_batch(batch(vec![stored(&[1, 2], None)])).unwrap();
+    for i in 0..4u64 {
+      ix.apply_batch(batch(vec![stored(&[10 + i], Some(2))]))
+        .unwrap();
+    }
+    assert_eq!((ix.last_seq(), ix.oldest_seq()), (5, Some(3)));
+    match ix.get_events(Some(4), None) {
+      Recovery::Events {
+        batches,
+        last_seq,
+        epoch,
+      } => {
+        assert_eq!(
+          batches.iter().map(|b| b.seq).collect::<Vec<_>>(),
+          vec![4, 5]
+        );
+        assert_eq!((last_seq, epoch), (5, 42));
+      }
+      other => panic!("{other:?}"),
+    }
+    match ix.get_events(Some(3), Some(3)) {
+      Recovery::Events { batches, .. } => assert_eq!(batches.len(), 1),
+      other => panic!("{other:?}"),
+    }
+    for start in [None, Some(1), Some(2)] {
+      match ix.get_events(start, None) {
+        Recovery::TreeDump {
+          workers, last_seq, ..
+        } => {
+          assert_eq!(last_seq, 5);
+          // Parents before children: the root segment [1, 2] first, then the 4 children.
+          let events = &workers[0].events;
+          assert_eq!(events[0].block_hashes, vec![1, 2]);
+          assert_eq!(events.len(), 5);
+          assert!(events[1..].iter().all(|e| e.parent_block_hash == Some(2)));
+        }
+        other => panic!("{other:?}"),
+      }
+    }
+    assert!(matches!(
+      ix.get_events(Some(6), None),
+      Recovery::TooNew { last_seq: 5, .. }
+    ));
+    assert!(matches!(
+      ix.get_events(Some(5), Some(4)),
+      Recovery::InvalidRange { .. }
+    ));
+  }
+
+  #[test]
+  fn requires_a_dense_seq_and_bounded_batches() {
+    let mut ix = indexer(10);
+    assert_eq!(ix.apply_batch(batch(vec![])).unwrap().seq, 1);
+    let mut b = batch(vec![]);
+    b.seq = 5;
+    assert_eq!(
+      ix.apply_batch(b).unwrap_err().code,
+      crate::ErrorCode::InvalidArg
+    );
+    let big = batch(vec![KvEvent::Cleared; MAX_BATCH_EVENTS + 1]);
+    assert_eq!(
+      ix.apply_batch(big).unwrap_err().code,
+      crate::ErrorCode::InvalidArg
+    );
+    let mut neg = batch(vec![]);
+    neg.dp_rank = Some(-1);
+    assert!(ix.apply_batch(neg).is_err());
+    assert_eq!(ix.last_seq(), 1);
+  }
+
+  #[test]
+  fn fails_closed_on_an_unsupported_layout() {
+    let mut ix = indexer(10);
+    ix.apply_batch(batch(vec![stored(&[1, 2], None)])).unwrap();
+    let partial = KvEvent::Stored(StoredEvent {
+      block_hashes: vec![3],
+      parent_block_hash: Some(2),
+      token_ids: vec![1, 2, 3],
+      block_size: 2,
+      ..Default::default()
+    });
+    let report = ix.apply_batch(batch(vec![partial])).unwrap();
+    assert_eq!(report.errors[0].code, crate::ErrorCode::UnsupportedLayout);
+    assert!(report.errors[0]
+      .message
+      .starts_with("Unsupported BlockStored layout"));
+    let w = WorkerKey {
+      worker_id: 0,
+      dp_rank: 0,
+    };
+    assert_eq!(
+      ix.index().worker_blocks(w),
+      0,
+      "the worker's state is cleared"
+    );
+    assert!(ix.index().needs_recovery(w));
+  }
+}

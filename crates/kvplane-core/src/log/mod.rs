@@ -1,0 +1,92 @@
+//! The replay log: the last `buffer_steps` batches, addressed by their dense seq in O(1).
+
+use crate::event::Batch;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// vLLM's `buffer_steps` default.
+pub const DEFAULT_BUFFER_STEPS: usize = 10_000;
+
+pub struct ReplayLog {
+  capacity: usize,
+  batches: VecDeque<Arc<Batch>>,
+}
+
+impl ReplayLog {
+  pub fn new(capacity: usize) -> ReplayLog {
+    ReplayLog {
+      capacity: capacity.max(1),
+      batches: VecDeque::new(),
+    }
+  }
+
+  /// Appends a batch whose seq is one past the newest (the caller guarantees density).
+  pub fn push(&mut self, batch: Arc<Batch>) {
+    debug_assert!(self.newest_seq().is_none_or(|s| batch.seq == s + 1));
+    if self.batches.len() == self.capacity {
+      self.batches.pop_front();
+    }
+    self.batches.push_back(batch);
+  }
+
+  pub fn oldest_seq(&self) -> Option<u64> {
+    self.batches.front().map(|b| b.seq)
+  }
+
+  pub fn newest_seq(&self) -> Option<u64> {
+    self.batches.back().map(|b| b.seq)
+  }
+
+  pub fn len(&self) -> usize {
+    self.batches.len()
+  }
+
+  pub fn is_empty(&self) -> bool {
+    self.batches.is_empty()
+  }
+
+  /// Batches with `start <= seq <= end` that are still retained.
+  pub fn range(&self, start: u64, end: u64) -> Vec<Arc<Batch>> {
+    let Some(oldest) = self.oldest_seq() else {
+      return Vec::new();
+    };
+    let from = start.saturating_sub(oldest) as usize;
+    let to = (end.saturating_sub(oldest) as usize).min(self.batches.len().saturating_sub(1));
+    if start > end || from >= self.batches.len() || end < oldest {
+      return Vec::new();
+    }
+    self.batches.range(from..=to).cloned().collect()
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  fn batch(seq: u64) -> Arc<Batch> {
+    Arc::new(Batch {
+      seq,
+      ts: 0.0,
+      dp_rank: None,
+      events: Vec::new(),
+    })
+  }
+
+  #[test]
+  fn keeps_the_newest_batches_and_addresses_them_by_seq() {
+    let mut log = ReplayLog::new(3);
+    for s in 1..=5 {
+      log.push(batch(s));
+    }
+    assert_eq!(
+      (log.oldest_seq(), log.newest_seq(), log.len()),
+      (Some(3), Some(5), 3)
+    );
+    let seqs = |v: Vec<Arc<Batch>>| v.iter().map(|b| b.seq).collect::<Vec<_>>();
+    assert_eq!(seqs(log.range(4, 10)), vec![4, 5]);
+    assert_eq!(seqs(log.range(1, 3)), vec![3]);
+    assert_eq!(seqs(log.range(5, 5)), vec![5]);
+    assert!(log.range(6, 9).is_empty());
+    assert!(log.range(1, 2).is_empty());
+  }
+}

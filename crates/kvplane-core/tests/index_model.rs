@@ -1,0 +1,300 @@
+//! Model-based test of the index: long random event sequences (stores with and without parents,
+//! unknown parents, duplicates, removes of inner and leaf blocks, clears, several workers and DP
+//! ranks) applied to the index and to a plain reference model. After every step `find_matches`
+//! must agree with the model for every query, and a tree dump applied to an empty index must
+//! reproduce the same matches.
+
+use kvplane_core::event::{KvEvent, RemovedEvent, StoredEvent};
+use kvplane_core::hash::{content_hash, seq_hash};
+use kvplane_core::index::{Index, IndexConfig, MatchOptions, WorkerKey};
+use proptest::prelude::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+const BS: usize = 2;
+/// Block contents are drawn from a small alphabet so chains share prefixes across workers.
+const ALPHABET: u32 = 3;
+
+fn tokens_of(content: u32) -> Vec<u32> {
+  (0..BS as u32).map(|i| content * 100 + i).collect()
+}
+
+fn key_after(parent: Option<u64>, content: u32) -> u64 {
+  let c = content_hash(&tokens_of(content));
+  parent.map_or(c, |p| seq_hash(p, c))
+}
+
+/// Engine ids are opaque and differ per worker (like vLLM with a random NONE_HASH).
+fn engine_hash(w: usize, key: u64) -> u64 {
+  key.rotate_left(7) ^ (w as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+fn worker(w: usize) -> WorkerKey {
+  WorkerKey {
+    worker_id: (w / 2) as u64 + 10,
+    dp_rank: (w % 2) as u32,
+  }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+  /// Store a chain of `contents` under a parent: `None` = root, `Some(i)` = the i-th held block
+  /// (mod count), or an unknown parent when `unknown`.
+  Store {
+    w: usize,
+    parent: Option<usize>,
+    unknown: bool,
+    contents: Vec<u32>,
+  },
+  /// Remove held blocks picked by index, plus an unknown hash when `unknown`.
+  Remove {
+    w: usize,
+    picks: Vec<usize>,
+    unknown: bool,
+  },
+  Clear {
+    w: usize,
+  },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+  let w = 0usize..4;
+  prop_oneof![
+    6 => (w.clone(), proptest::option::of(0usize..64), proptest::bool::weighted(0.05), proptest::collection::vec(0..ALPHABET, 1..5))
+      .prop_map(|(w, parent, unknown, contents)| Op::Store { w, parent, unknown, contents }),
+    3 => (w.clone(), proptest::collection::vec(0usize..64, 1..3), proptest::bool::weighted(0.1))
+      .prop_map(|(w, picks, unknown)| Op::Remove { w, picks, unknown }),
+    1 => w.prop_map(|w| Op::Clear { w }),
+  ]
+}
+
+/// The reference: per worker, engine hash -> block key.
+#[derive(Default)]
+struct Model {
+  held: Vec<BTreeMap<u64, u64>>,
+}
+
+impl Model {
+  fn matches(&self, query: &[u64]) -> BTreeMap<WorkerKey, u32> {
+    let mut out = BTreeMap::new();
+    for (w, held) in self.held.iter().enumerate() {
+      let keys: HashSet<u64> = held.values().copied().collect();
+      let n = query.iter().take_while(|k| keys.contains(k)).count() as u32;
+      if n > 0 {
+        out.insert(worker(w), n);
+      }
+    }
+    out
+  }
+}
+
+fn index_matches(index: &Index, query: &[u64]) -> BTreeMap<WorkerKey, u32> {
+  index
+    .find_matches(query, &MatchOptions::default())
+    .scores
+    .into_iter()
+    .filter(|(_, n)| *n > 0)
+    .collect()
+}
+
+/// Every chain over the alphabet up to depth 4: the queries.
+fn queries() -> Vec<Vec<u64>> {
+  let mut out = Vec::new();
+  let mut frontier: Vec<Vec<u32>> = vec![vec![]];
+  for _ in 0..4 {
+    let mut next = Vec::new();
+    for f in &frontier {
+      for c in 0..ALPHABET {
+        let mut g = f.clone();
+        g.push(c);
+        next.push(g);
+      }
+    }
+    for g in &next {
+      let mut keys = Vec::new();
+      let mut parent = None;
+      for &c in g {
+        let k = key_after(parent, c);
+        keys.push(k);
+        parent = Some(k);
+      }
+      out.push(keys);
+    }
+    frontier = next;
+  }
+  out
+}
+
+fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+  let mut index = Index::new(IndexConfig::default());
+  let mut model = Model {
+    held: vec![BTreeMap::new(); 4],
+  };
+  let qs = queries();
+  for op in ops {
+    match op {
+      Op::Store {
+        w,
+        parent,
+        unknown,
+        contents,
+      } => {
+        let held: Vec<(u64, u64)> = model.held[w].iter().map(|(e, k)| (*e, *k)).collect();
+        let (parent_eh, mut parent_key) = match (unknown, parent) {
+          (true, _) => (Some(0xdead_beef), None),
+          (false, Some(i)) if !held.is_empty() => {
+            let (e, k) = held[i % held.len()];
+            (Some(e), Some(k))
+          }
+          _ => (None, None),
+        };
+        let mut ev = StoredEvent {
+          parent_block_hash: parent_eh,
+          block_size: BS as u32,
+          ..Default::default()
+        };
+        let mut keys = Vec::new();
+        for &c in &contents {
+          let k = key_after(parent_key, c);
+          ev.block_hashes.push(engine_hash(w, k));
+          ev.token_ids.extend(tokens_of(c));
+          keys.push(k);
+          parent_key = Some(k);
+        }
+        index
+          .apply(worker(w), &KvEvent::Stored(ev.clone()))
+          .unwrap();
+        if !unknown {
+          for (eh, k) in ev.block_hashes.iter().zip(keys) {
+            model.held[w].insert(*eh, k);
+          }
+        }
+      }
+      Op::Remove { w, picks, unknown } => {
+        let held: Vec<u64> = model.held[w].keys().copied().collect();
+        let mut hashes: Vec<u64> = if held.is_empty() {
+          vec![]
+        } else {
+          picks.iter().map(|i| held[i % held.len()]).collect()
+        };
+        hashes.dedup();
+        if unknown {
+          hashes.push(0xfeed_f00d);
+        }
+        index
+          .apply(
+            worker(w),
+            &KvEvent::Removed(RemovedEvent {
+              block_hashes: hashes.clone(),
+              ..Default::default()
+            }),
+          )
+          .unwrap();
+        for h in hashes {
+          model.held[w].remove(&h);
+        }
+      }
+      Op::Clear { w } => {
+        index.apply(worker(w), &KvEvent::Cleared).unwrap();
+        model.held[w].clear();
+      }
+    }
+    for q in &qs {
+      prop_assert_eq!(index_matches(&index, q), model.matches(q), "query {:?}", q);
+    }
+    let members: usize = model.held.iter().map(|h| h.len()).sum();
+    prop_assert_eq!(index.stats().memberships as usize, members);
+  }
+
+  // A dump applied to an empty index reproduces every match.
+  let mut rebuilt = Index::new(IndexConfig::default());
+  for wd in index.dump() {
+    for ev in wd.events {
+      rebuilt.apply(wd.worker, &KvEvent::Stored(ev)).unwrap();
+    }
+  }
+  for q in &qs {
+    prop_assert_eq!(
+      index_matches(&rebuilt, q),
+      index_matches(&index, q),
+      "rebuilt, query {:?}",
+      q
+    );
+  }
+  // Nothing leaks: clearing every worker frees every node.
+  for w in 0..4 {
+    index.apply(worker(w), &KvEvent::Cleared).unwrap();
+  }
+  prop_assert_eq!(index.stats().blocks, 0);
+  prop_assert_eq!(index.stats().memberships, 0);
+  Ok(())
+}
+
+proptest! {
+  #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+  #[test]
+  fn index_agrees_with_the_model_after_every_step(ops in proptest::collection::vec(op(), 1..120)) {
+    run(ops)?;
+  }
+}
+
+#[test]
+fn early_exit_stops_once_one_worker_is_left() {
+  let mut index = Index::new(IndexConfig::default());
+  let mut chain = |w: usize, contents: &[u32]| {
+    let mut ev = StoredEvent {
+      block_size: BS as u32,
+      ..Default::default()
+    };
+    let mut parent = None;
+    for &c in contents {
+      let k = key_after(parent, c);
+      ev.block_hashes.push(engine_hash(w, k));
+      ev.token_ids.extend(tokens_of(c));
+      parent = Some(k);
+    }
+    index.apply(worker(w), &KvEvent::Stored(ev)).unwrap();
+    let _ = &parent;
+  };
+  chain(0, &[0, 1, 2, 0]);
+  chain(1, &[0]);
+  let mut q = Vec::new();
+  let mut parent = None;
+  for c in [0, 1, 2, 0] {
+    let k = key_after(parent, c);
+    q.push(k);
+    parent = Some(k);
+  }
+  let exact: HashMap<_, _> = index
+    .find_matches(&q, &MatchOptions::default())
+    .scores
+    .into_iter()
+    .collect();
+  assert_eq!(exact[&worker(0)], 4);
+  assert_eq!(exact[&worker(1)], 1);
+  let early: HashMap<_, _> = index
+    .find_matches(
+      &q,
+      &MatchOptions {
+        early_exit: true,
+        ..Default::default()
+      },
+    )
+    .scores
+    .into_iter()
+    .collect();
+  assert_eq!(early[&worker(1)], 1);
+  assert!(
+    early[&worker(0)] >= 1 && early[&worker(0)] <= 4,
+    "a lower bound"
+  );
+}
+
+proptest! {
+  #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+  #[test]
+  fn index_agrees_with_the_model_over_long_sequences(ops in proptest::collection::vec(op(), 600..1000)) {
+    run(ops)?;
+  }
+}
