@@ -9,6 +9,75 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+export declare class NativeLocalIndexer {
+  constructor(options: NativeIndexerOptions)
+  applyBatch(batch: BatchIn): ApplyReportOut
+  /** Scores workers for a request given as chained block hashes (the index's keys). */
+  findMatches(seqHashes: BigUint64Array, workers?: Array<bigint> | undefined | null, dpRanks?: Array<number> | undefined | null, earlyExit?: boolean | undefined | null): MatchesOut
+  getEvents(start?: bigint | undefined | null, end?: bigint | undefined | null): RecoveryOut
+  dumpTree(): Promise<RecoveryOut>
+  stats(): IndexerStatsOut
+  /** Frees the index; every later call throws ERR_CLOSED. */
+  close(): void
+  get closed(): boolean
+}
+
+export interface ApplyErrorOut {
+  code: string
+  message: string
+}
+
+export interface ApplyReportOut {
+  seq: bigint
+  /** `code: message` of each event that failed closed. */
+  errors: Array<ApplyErrorOut>
+}
+
+export interface BatchIn {
+  seq?: bigint
+  ts?: number
+  dpRank?: number | null
+  events: Array<EventIn>
+}
+
+export interface BatchOut {
+  seq: bigint
+  ts: number
+  dpRank?: number
+  events: Array<EventOut>
+}
+
+export interface DropCount {
+  reason: string
+  count: number
+}
+
+export interface EventIn {
+  type: string
+  blockHashes?: BigUint64Array | Array<bigint>
+  parentBlockHash?: bigint | null
+  tokenIds?: Uint32Array | Array<number>
+  blockSize?: number
+  loraId?: bigint
+  loraName?: string
+  medium?: string
+  groupIdx?: number
+  cacheSalt?: string
+}
+
+export interface EventOut {
+  type: string
+  blockHashes?: BigUint64Array
+  parentBlockHash?: bigint
+  tokenIds?: Uint32Array
+  blockSize?: number
+  loraId?: bigint
+  loraName?: string
+  medium?: string
+  groupIdx?: number
+  cacheSalt?: string
+}
+
 /** Chained hashes of every full block of `tokens`. */
 export declare function hashBlocks(tokens: Uint32Array | Array<number>, options: HashBlocksOptions): BigUint64Array
 
@@ -42,8 +111,47 @@ export interface HashedBlocks {
   digestSize: number
 }
 
+export interface IndexerStatsOut {
+  blocks: number
+  memberships: number
+  workers: number
+  bytes: number
+  lastSeq: bigint
+  oldestSeq?: bigint
+  retainedBatches: number
+  drops: Array<DropCount>
+  perWorker: Array<WorkerStatsOut>
+}
+
+/** Matching results as parallel arrays, one entry per worker holding the first block. */
+export interface MatchesOut {
+  workerIds: BigUint64Array
+  dpRanks: Uint32Array
+  blocks: Uint32Array
+  treeSizes: BigUint64Array
+}
+
+export interface NativeIndexerOptions {
+  workerId?: bigint
+  /** "content" (default) or "engine". */
+  keyBy?: string
+  retainTokens?: boolean
+  bufferSteps?: number
+  epoch?: bigint
+}
+
 /** Thrown by `panicProbe`: proves a panic surfaces as an error instead of aborting the process. */
 export declare function panicProbe(message: string): void
+
+export interface RecoveryOut {
+  /** "Events", "TreeDump", "TooNew" or "InvalidRange". */
+  kind: string
+  lastSeq: bigint
+  epoch: bigint
+  batches?: Array<BatchOut>
+  workers?: Array<WorkerDumpOut>
+  reason?: string
+}
 
 /** Two's-complement signed view of a u64 hash. */
 export declare function toInt64(value: bigint): bigint
@@ -53,3 +161,17 @@ export declare function toUint64(value: bigint): bigint
 
 /** TensorRT-LLM's salt id of a salt string (SHA-256), or with `blake3` the older routers' id. */
 export declare function trtllmCacheSaltId(salt: string, blake3: boolean): bigint
+
+export interface WorkerDumpOut {
+  workerId: bigint
+  dpRank: number
+  events: Array<EventOut>
+}
+
+export interface WorkerStatsOut {
+  workerId: bigint
+  dpRank: number
+  blocks: number
+  unreachableBlocks: number
+  needsRecovery: boolean
+}

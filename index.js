@@ -835,6 +835,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
 module.exports.hashBlocks = nativeBinding.hashBlocks
 module.exports.hashBlocksAsync = nativeBinding.hashBlocksAsync
 module.exports.hashBlocksWithDigests = nativeBinding.hashBlocksWithDigests

@@ -1,4 +1,13 @@
 export { KvPlaneError, type KvPlaneErrorCode } from './errors.js';
+export type {
+  ClearedEvent,
+  KvEvent,
+  KvEventBatch,
+  KvEventBatchOut,
+  KvEventOut,
+  RemovedEvent,
+  StoredEvent,
+} from './events.js';
 export {
   digestsHex,
   type ExtraKey,
@@ -13,3 +22,14 @@ export {
   toUint64,
   trtllmCacheSaltId,
 } from './hash.js';
+export {
+  type ApplyResult,
+  type FindMatchesOptions,
+  type IndexerStats,
+  LocalIndexer,
+  type LocalIndexerOptions,
+  type Matches,
+  type Recovery,
+  type Worker,
+  type WorkerEvents,
+} from './indexer.js';

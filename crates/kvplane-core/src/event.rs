@@ -47,3 +47,42 @@ pub struct Batch {
 
 /// Most events one batch may hold.
 pub const MAX_BATCH_EVENTS: usize = 1024;
+
+/// Event kinds by their names in the TS API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+  Stored,
+  Removed,
+  Cleared,
+}
+
+impl EventKind {
+  pub fn parse(name: &str) -> crate::KvResult<EventKind> {
+    match name {
+      "stored" => Ok(EventKind::Stored),
+      "removed" => Ok(EventKind::Removed),
+      "cleared" => Ok(EventKind::Cleared),
+      other => Err(crate::KvError::invalid_arg(format!(
+        "unknown event type {other:?}; expected stored, removed or cleared"
+      ))),
+    }
+  }
+
+  pub const fn name(self) -> &'static str {
+    match self {
+      EventKind::Stored => "stored",
+      EventKind::Removed => "removed",
+      EventKind::Cleared => "cleared",
+    }
+  }
+}
+
+impl KvEvent {
+  pub fn kind(&self) -> EventKind {
+    match self {
+      KvEvent::Stored(_) => EventKind::Stored,
+      KvEvent::Removed(_) => EventKind::Removed,
+      KvEvent::Cleared => EventKind::Cleared,
+    }
+  }
+}

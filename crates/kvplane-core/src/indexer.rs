@@ -92,6 +92,10 @@ impl LocalIndexer {
     self.log.oldest_seq()
   }
 
+  pub fn retained_batches(&self) -> usize {
+    self.log.len()
+  }
+
   pub fn epoch(&self) -> u64 {
     self.cfg.epoch
   }

@@ -4,6 +4,8 @@
 mod error;
 mod extra_key;
 mod hash;
+mod indexer;
 
 pub use error::panic_probe;
 pub use hash::*;
+pub use indexer::*;

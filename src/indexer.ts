@@ -1,0 +1,180 @@
+import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
+import type { KvEventBatch, KvEventBatchOut, KvEventOut } from './events.js';
+import { type HashBlocksOptions, hashBlocks } from './hash.js';
+import native from './native.js';
+
+export interface LocalIndexerOptions {
+  /** Tokens per KV block; used to hash `findMatches` token queries. */
+  blockSize: number;
+  /** This node's worker id; the index's workers are `(workerId, dpRank)`. Default `0n`. */
+  workerId?: bigint;
+  /**
+   * `'content'` (default): blocks are keyed by the chained `xxh3` hash of their tokens, so any
+   * engine matches without its hash algorithm. `'engine'`: keyed by the engine's own hashes
+   * (hash-only events); token queries are then hashed with `engineHash`.
+   */
+  keyBy?: 'content' | 'engine';
+  /** With `keyBy: 'engine'`: how the engine hashes blocks (its `hashBlocks` options). */
+  engineHash?: Omit<HashBlocksOptions, 'blockSize' | 'digests'>;
+  /** Keep each block's tokens so tree dumps carry them. Default `true` (engine nodes). */
+  retainTokens?: boolean;
+  /** Batches kept for replay. Default 10,000 (vLLM's `buffer_steps`). */
+  bufferSteps?: number;
+  /** This incarnation's epoch. Default: random. */
+  epoch?: bigint;
+}
+
+export interface Worker {
+  workerId: bigint;
+  dpRank: number;
+}
+
+export interface FindMatchesOptions {
+  /** Only score these workers. */
+  workers?: readonly Worker[];
+  /** Stop once at most one candidate is left (its count is then a lower bound). */
+  earlyExit?: boolean;
+}
+
+/** Per worker holding the first block: parallel arrays, index `i` is one worker. */
+export interface Matches {
+  workerIds: BigUint64Array;
+  dpRanks: Uint32Array;
+  /** Consecutive leading blocks of the request the worker holds. */
+  blocks: Uint32Array;
+  /** Blocks the worker holds in all. */
+  treeSizes: BigUint64Array;
+}
+
+export interface WorkerEvents {
+  workerId: bigint;
+  dpRank: number;
+  events: KvEventOut[];
+}
+
+/** Answers of `getEvents` (spec §3.4). */
+export type Recovery =
+  | { kind: 'Events'; batches: KvEventBatchOut[]; lastSeq: bigint; epoch: bigint }
+  | { kind: 'TreeDump'; workers: WorkerEvents[]; lastSeq: bigint; epoch: bigint }
+  | { kind: 'TooNew'; lastSeq: bigint; epoch: bigint }
+  | { kind: 'InvalidRange'; reason: string; lastSeq: bigint; epoch: bigint };
+
+export interface ApplyResult {
+  /** The seq the batch was logged under. */
+  seq: bigint;
+  /** Events that failed closed (`ERR_UNSUPPORTED_LAYOUT`); their worker was cleared. */
+  errors: KvPlaneError[];
+}
+
+export interface IndexerStats {
+  blocks: number;
+  memberships: number;
+  workers: number;
+  bytes: number;
+  lastSeq: bigint;
+  oldestSeq?: bigint;
+  retainedBatches: number;
+  drops: Record<'unknown_parent' | 'unknown_removed' | 'duplicate_store' | 'unsupported_layout', number>;
+  perWorker: Array<{
+    workerId: bigint;
+    dpRank: number;
+    blocks: number;
+    unreachableBlocks: number;
+    needsRecovery: boolean;
+  }>;
+}
+
+function randomEpoch(): bigint {
+  const b = new BigUint64Array(1);
+  crypto.getRandomValues(b);
+  return b[0] ?? 1n;
+}
+
+/**
+ * The engine node's index: a radix tree of cached blocks for every DP rank, the replay log of the
+ * last `bufferSteps` batches, and consistent tree dumps.
+ */
+export class LocalIndexer {
+  readonly #native: native.NativeLocalIndexer;
+  readonly #blockSize: number;
+  readonly #queryHash: HashBlocksOptions;
+
+  constructor(options: LocalIndexerOptions) {
+    if (typeof options !== 'object' || options === null) invalidArg('options must be an object');
+    const { blockSize, workerId, keyBy = 'content', engineHash, retainTokens, bufferSteps, epoch } = options;
+    if (!Number.isInteger(blockSize) || blockSize < 1) invalidArg('blockSize must be a positive integer');
+    if (keyBy === 'engine' && engineHash === undefined) invalidArg("keyBy 'engine' needs engineHash");
+    this.#blockSize = blockSize;
+    this.#queryHash = keyBy === 'engine' ? { ...engineHash, blockSize } : { algo: 'xxh3', blockSize };
+    this.#native = callNative(
+      () =>
+        new native.NativeLocalIndexer({
+          workerId,
+          keyBy,
+          retainTokens,
+          bufferSteps,
+          epoch: epoch ?? randomEpoch(),
+        }),
+    );
+  }
+
+  get blockSize(): number {
+    return this.#blockSize;
+  }
+
+  /** Applies a batch of events for `(workerId, batch.dpRank ?? 0)` and logs it. */
+  applyBatch(batch: KvEventBatch): ApplyResult {
+    const r = callNative(() => this.#native.applyBatch(batch as native.BatchIn));
+    return { seq: r.seq, errors: r.errors.map((e) => new KvPlaneError(e.code as KvPlaneErrorCode, e.message)) };
+  }
+
+  /**
+   * Per worker, how many consecutive leading blocks of a request it holds. The request is its
+   * tokens (hashed here into the index's keys) or already its chained block hashes.
+   */
+  findMatches(
+    query: Uint32Array | readonly number[] | { seqHashes: BigUint64Array },
+    options: FindMatchesOptions = {},
+  ): Matches {
+    const seqHashes = 'seqHashes' in query ? query.seqHashes : hashBlocks(query, this.#queryHash);
+    if (!(seqHashes instanceof BigUint64Array)) invalidArg('seqHashes must be a BigUint64Array');
+    const { workers, earlyExit } = options;
+    return callNative(() =>
+      this.#native.findMatches(
+        seqHashes,
+        workers?.map((w) => w.workerId),
+        workers?.map((w) => w.dpRank),
+        earlyExit,
+      ),
+    );
+  }
+
+  /** Recovery for batches `start..=end` (spec §3.4): `Events`, `TreeDump`, `TooNew` or `InvalidRange`. */
+  getEvents(start?: bigint, end?: bigint): Recovery {
+    return callNative(() => this.#native.getEvents(start, end)) as Recovery;
+  }
+
+  /** A consistent snapshot of the whole index as stored events, built off the JS thread. */
+  async dumpTree(): Promise<Extract<Recovery, { kind: 'TreeDump' }>> {
+    return (await awaitNative(() => this.#native.dumpTree())) as Extract<Recovery, { kind: 'TreeDump' }>;
+  }
+
+  stats(): IndexerStats {
+    const s = callNative(() => this.#native.stats());
+    const drops = Object.fromEntries(s.drops.map((d) => [d.reason, d.count])) as IndexerStats['drops'];
+    return { ...s, drops };
+  }
+
+  /** Frees the index; later calls throw `ERR_CLOSED`. */
+  close(): void {
+    this.#native.close();
+  }
+
+  get closed(): boolean {
+    return this.#native.closed;
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}

@@ -1,0 +1,189 @@
+import { describe, expect, it } from 'vitest';
+import { hashBlocks, type KvEvent, type KvEventBatch, KvPlaneError, LocalIndexer, type Matches } from '../src/index.js';
+
+const BS = 4;
+const tokens = (n: number, base = 0) => Uint32Array.from({ length: n * BS }, (_, i) => base + i);
+/** Engine hashes differ from kvplane's keys: any opaque ids will do. */
+const engineHashes = (n: number, base: bigint) => BigUint64Array.from({ length: n }, (_, i) => base + BigInt(i));
+
+function stored(n: number, base: bigint, parent: bigint | null = null, tokenBase = 0): KvEvent {
+  return {
+    type: 'stored',
+    blockHashes: engineHashes(n, base),
+    parentBlockHash: parent,
+    tokenIds: tokens(n, tokenBase),
+    blockSize: BS,
+  };
+}
+
+function byWorker(m: Matches): Record<string, number> {
+  const out: Record<string, number> = {};
+  m.workerIds.forEach((id, i) => {
+    out[`${id}/${m.dpRanks[i]}`] = m.blocks[i] ?? -1;
+  });
+  return out;
+}
+
+function indexer(): LocalIndexer {
+  return new LocalIndexer({ blockSize: BS, workerId: 7n, epoch: 99n });
+}
+
+describe('LocalIndexer', () => {
+  it('matches the leading cached blocks of each DP rank', () => {
+    using ix = indexer();
+    ix.applyBatch({ dpRank: 0, events: [stored(6, 100n)] });
+    ix.applyBatch({ dpRank: 1, events: [stored(2, 200n)] });
+    const m = ix.findMatches(tokens(8));
+    expect(byWorker(m)).toEqual({ '7/0': 6, '7/1': 2 });
+    expect([...m.treeSizes]).toEqual([6n, 2n]);
+    // the same query given as chained hashes
+    const seqHashes = hashBlocks(tokens(8), { algo: 'xxh3', blockSize: BS });
+    expect(byWorker(ix.findMatches({ seqHashes }))).toEqual({ '7/0': 6, '7/1': 2 });
+    // a worker filter
+    expect(byWorker(ix.findMatches(tokens(8), { workers: [{ workerId: 7n, dpRank: 1 }] }))).toEqual({ '7/1': 2 });
+  });
+
+  it('chains stores from a parent, removes, and clears one rank only', () => {
+    using ix = indexer();
+    ix.applyBatch({ dpRank: 0, events: [stored(2, 100n), stored(2, 300n, 101n, 2 * BS)] });
+    expect(byWorker(ix.findMatches(tokens(4)))).toEqual({ '7/0': 4 });
+    ix.applyBatch({ dpRank: 0, events: [{ type: 'removed', blockHashes: [301n] }] });
+    expect(byWorker(ix.findMatches(tokens(4)))).toEqual({ '7/0': 3 });
+    ix.applyBatch({ dpRank: 1, events: [stored(1, 500n)] });
+    ix.applyBatch({ dpRank: 0, events: [{ type: 'cleared' }] });
+    expect(byWorker(ix.findMatches(tokens(4)))).toEqual({ '7/1': 1 });
+    expect(ix.stats().memberships).toBe(1);
+  });
+
+  it('counts unknown parents, unknown removes and duplicates, and flags the rank for recovery', () => {
+    using ix = indexer();
+    ix.applyBatch({
+      events: [stored(2, 100n), stored(2, 100n), stored(1, 900n, 12345n, 64), { type: 'removed', blockHashes: [777n] }],
+    });
+    const s = ix.stats();
+    expect(s.drops).toEqual({ unknown_parent: 1, unknown_removed: 1, duplicate_store: 2, unsupported_layout: 0 });
+    expect(s.perWorker[0]).toMatchObject({ workerId: 7n, dpRank: 0, blocks: 2, needsRecovery: true });
+  });
+
+  it('fails closed on a stored event whose tokens do not fill its blocks', () => {
+    using ix = indexer();
+    ix.applyBatch({ events: [stored(2, 100n)] });
+    const partial: KvEvent = {
+      type: 'stored',
+      blockHashes: [5n],
+      parentBlockHash: 101n,
+      tokenIds: [1, 2],
+      blockSize: BS,
+    };
+    const r = ix.applyBatch({ events: [partial] });
+    expect(r.errors).toHaveLength(1);
+    expect(r.errors[0]).toBeInstanceOf(KvPlaneError);
+    expect(r.errors[0]?.code).toBe('ERR_UNSUPPORTED_LAYOUT');
+    expect(r.errors[0]?.message).toMatch(/^Unsupported BlockStored layout/);
+    expect(ix.findMatches(tokens(2)).workerIds.length).toBe(0);
+    expect(ix.stats().drops.unsupported_layout).toBe(1);
+  });
+
+  it('answers recovery with Events, TreeDump, TooNew and InvalidRange', async () => {
+    using ix = new LocalIndexer({ blockSize: BS, workerId: 7n, epoch: 99n, bufferSteps: 3 });
+    expect(ix.applyBatch({ events: [stored(2, 100n)] }).seq).toBe(1n);
+    for (let i = 0; i < 4; i++) {
+      ix.applyBatch({ seq: BigInt(i + 2), events: [stored(1, 200n + BigInt(i), 101n, 1000 + i * 10)] });
+    }
+    const events = ix.getEvents(4n);
+    expect(events.kind).toBe('Events');
+    if (events.kind !== 'Events') throw new Error('unreachable');
+    expect(events.batches.map((b) => b.seq)).toEqual([4n, 5n]);
+    expect(events.epoch).toBe(99n);
+    expect(events.batches[0]?.events[0]?.blockHashes).toEqual(new BigUint64Array([202n]));
+    expect(ix.getEvents(6n)).toMatchObject({ kind: 'TooNew', lastSeq: 5n });
+    expect(ix.getEvents(5n, 4n)).toMatchObject({ kind: 'InvalidRange' });
+    const dump = ix.getEvents(1n);
+    expect(dump.kind).toBe('TreeDump');
+    if (dump.kind !== 'TreeDump') throw new Error('unreachable');
+    expect(dump.lastSeq).toBe(5n);
+    // parents before children, one event per chain segment, tokens included
+    const evs = dump.workers[0]?.events ?? [];
+    expect(evs[0]?.blockHashes).toEqual(new BigUint64Array([100n, 101n]));
+    expect(evs[0]?.tokenIds).toEqual(tokens(2));
+    expect(evs.slice(1).every((e) => e.parentBlockHash === 101n)).toBe(true);
+    expect(await ix.dumpTree()).toEqual(dump);
+  });
+
+  it('rebuilds identical matches from a tree dump', async () => {
+    using ix = indexer();
+    ix.applyBatch({ dpRank: 0, events: [stored(5, 100n)] });
+    ix.applyBatch({ dpRank: 0, events: [stored(3, 400n, 102n, 999)] });
+    ix.applyBatch({ dpRank: 2, events: [stored(3, 600n)] });
+    const dump = await ix.dumpTree();
+    using fresh = indexer();
+    for (const w of dump.workers) {
+      fresh.applyBatch({ dpRank: w.dpRank, events: w.events as KvEvent[] });
+    }
+    const q = [tokens(6), Uint32Array.from([...tokens(3), ...Array.from({ length: 3 * BS }, (_, i) => 999 + i)])];
+    for (const query of q) expect(fresh.findMatches(query)).toEqual(ix.findMatches(query));
+  });
+
+  it('throws typed errors for bad input and after close', () => {
+    const ix = indexer();
+    const bad: Array<[string, () => unknown]> = [
+      ['a seq that skips', () => ix.applyBatch({ seq: 9n, events: [] })],
+      ['an unknown event type', () => ix.applyBatch({ events: [{ type: 'moved' } as unknown as KvEvent] })],
+      [
+        'a stored event without hashes',
+        () => ix.applyBatch({ events: [{ type: 'stored', tokenIds: [], blockSize: 4 } as unknown as KvEvent] }),
+      ],
+      [
+        'a token above 2^32-1',
+        () =>
+          ix.applyBatch({
+            events: [{ type: 'stored', blockHashes: [1n], tokenIds: [2 ** 32, 0, 0, 0], blockSize: 4 }],
+          }),
+      ],
+      ['a negative hash', () => ix.applyBatch({ events: [{ type: 'removed', blockHashes: [-1n] }] })],
+      ['a negative dpRank', () => ix.applyBatch({ dpRank: -1, events: [] })],
+      [
+        'more than 1024 events',
+        () => ix.applyBatch({ events: Array.from({ length: 1025 }, () => ({ type: 'cleared' }) as KvEvent) }),
+      ],
+      ['a number where a bigint belongs', () => ix.getEvents(3 as unknown as bigint)],
+      [
+        'seqHashes that are not a BigUint64Array',
+        () => ix.findMatches({ seqHashes: [1n] as unknown as BigUint64Array }),
+      ],
+      ['no options', () => new LocalIndexer(undefined as never)],
+      ['block size 0', () => new LocalIndexer({ blockSize: 0 })],
+      ['bufferSteps 0', () => new LocalIndexer({ blockSize: 4, bufferSteps: 0 })],
+      ['keyBy engine without engineHash', () => new LocalIndexer({ blockSize: 4, keyBy: 'engine' })],
+    ];
+    for (const [name, fn] of bad) {
+      expect(fn, name).toThrow(KvPlaneError);
+      try {
+        fn();
+      } catch (e) {
+        expect((e as KvPlaneError).code, name).toBe('ERR_INVALID_ARG');
+      }
+    }
+    expect(ix.stats().lastSeq).toBe(0n);
+    ix.close();
+    expect(ix.closed).toBe(true);
+    for (const fn of [
+      () => ix.applyBatch({ events: [] }),
+      () => ix.findMatches([1, 2, 3, 4]),
+      () => ix.stats(),
+      () => ix.getEvents(),
+    ]) {
+      expect(fn).toThrow(expect.objectContaining({ code: 'ERR_CLOSED' }));
+    }
+  });
+
+  it('keys by the engine hash for hash-only events', () => {
+    using ix = new LocalIndexer({ blockSize: 16, keyBy: 'engine', engineHash: { algo: 'vllm_sha256' } });
+    const t = Uint32Array.from({ length: 48 }, (_, i) => i * 7);
+    const h = hashBlocks(t, { algo: 'vllm_sha256', blockSize: 16 });
+    const batch: KvEventBatch = { events: [{ type: 'stored', blockHashes: h, tokenIds: [], blockSize: 16 }] };
+    expect(ix.applyBatch(batch).errors).toEqual([]);
+    expect([...ix.findMatches(t).blocks]).toEqual([3]);
+    expect([...ix.findMatches(t.subarray(0, 32)).blocks]).toEqual([2]);
+  });
+});
