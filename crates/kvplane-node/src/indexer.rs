@@ -327,24 +327,17 @@ impl NativeLocalIndexer {
   #[napi(constructor)]
   pub fn new(options: NativeIndexerOptions) -> Result<Self, Code> {
     let cfg = guard_js(|| {
-      let key_by = match options.key_by.as_deref() {
-        None | Some("content") => KeyBy::Content,
-        Some("engine") => KeyBy::Engine,
-        Some(other) => {
-          return Err(KvError::invalid_arg(format!(
-            "keyBy must be \"content\" or \"engine\", got {other:?}"
-          )))
-        }
-      };
-      let buffer_steps = match options.buffer_steps {
-        None => kvplane_core::log::DEFAULT_BUFFER_STEPS,
-        Some(v) if v.fract() == 0.0 && v >= 1.0 && v <= 10_000_000.0 => v as usize,
-        Some(v) => {
-          return Err(KvError::invalid_arg(format!(
-            "bufferSteps is {v}: an integer in 1..=10000000"
-          )))
-        }
-      };
+      let key_by = options
+        .key_by
+        .as_deref()
+        .map(KeyBy::parse)
+        .transpose()?
+        .unwrap_or_default();
+      let buffer_steps = options
+        .buffer_steps
+        .map(kvplane_core::log::buffer_steps_from_f64)
+        .transpose()?
+        .unwrap_or(kvplane_core::log::DEFAULT_BUFFER_STEPS);
       Ok(LocalIndexerConfig {
         index: IndexConfig {
           key_by,

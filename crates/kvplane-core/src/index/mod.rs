@@ -45,6 +45,18 @@ pub enum KeyBy {
   Engine,
 }
 
+impl KeyBy {
+  pub fn parse(name: &str) -> KvResult<KeyBy> {
+    match name {
+      "content" => Ok(KeyBy::Content),
+      "engine" => Ok(KeyBy::Engine),
+      other => Err(KvError::invalid_arg(format!(
+        "keyBy must be \"content\" or \"engine\", got {other:?}"
+      ))),
+    }
+  }
+}
+
 #[derive(Debug, Clone, Copy)]
 pub struct IndexConfig {
   pub key_by: KeyBy,

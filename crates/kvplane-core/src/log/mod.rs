@@ -1,11 +1,25 @@
 //! The replay log: the last `buffer_steps` batches, addressed by their dense seq in O(1).
 
+use crate::error::{KvError, KvResult};
 use crate::event::Batch;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// vLLM's `buffer_steps` default.
 pub const DEFAULT_BUFFER_STEPS: usize = 10_000;
+/// Largest accepted `buffer_steps`.
+pub const MAX_BUFFER_STEPS: usize = 10_000_000;
+
+/// Checks a JS number is a usable `bufferSteps`.
+pub fn buffer_steps_from_f64(v: f64) -> KvResult<usize> {
+  if v.fract() == 0.0 && (1.0..=MAX_BUFFER_STEPS as f64).contains(&v) {
+    Ok(v as usize)
+  } else {
+    Err(KvError::invalid_arg(format!(
+      "bufferSteps is {v}: an integer in 1..={MAX_BUFFER_STEPS}"
+    )))
+  }
+}
 
 pub struct ReplayLog {
   capacity: usize,
