@@ -298,3 +298,46 @@ proptest! {
     run(ops)?;
   }
 }
+
+#[test]
+fn the_same_content_under_a_second_engine_id_is_one_membership() {
+  let mut index = Index::new(IndexConfig::default());
+  let chain = |base: u64| StoredEvent {
+    block_hashes: vec![base, base + 1, base + 2],
+    token_ids: (0..6).collect(),
+    block_size: BS as u32,
+    ..Default::default()
+  };
+  index
+    .apply(worker(0), &KvEvent::Stored(chain(100)))
+    .unwrap();
+  index
+    .apply(worker(0), &KvEvent::Stored(chain(200)))
+    .unwrap();
+  let s = index.stats();
+  assert_eq!(s.memberships, 3);
+  assert_eq!(
+    s.drops
+      .iter()
+      .find(|d| d.0.name() == "duplicate_store")
+      .unwrap()
+      .1,
+    3
+  );
+  let dump = index.dump();
+  assert_eq!(dump[0].events.len(), 1);
+  assert_eq!(dump[0].events[0].block_hashes, vec![100, 101, 102]);
+  // The second ids were never indexed: removing them is counted as unknown.
+  index
+    .apply(
+      worker(0),
+      &KvEvent::Removed(RemovedEvent {
+        block_hashes: vec![201],
+        ..Default::default()
+      }),
+    )
+    .unwrap();
+  assert_eq!(index.stats().memberships, 3);
+  index.apply(worker(0), &KvEvent::Cleared).unwrap();
+  assert_eq!((index.stats().memberships, index.stats().blocks), (0, 0));
+}

@@ -150,36 +150,36 @@ impl Index {
   fn bisect(&self, probe: &mut Probe<'_>, candidate: &[bool], score: &mut [u32]) {
     let n = probe.seqs.len();
     let last = n - 1;
-    let credit = |probe: &mut Probe<'_>, i: usize, next: Option<usize>, score: &mut [u32]| {
-      // Closed candidates at i that are not at `next` have exactly i + 1 leading blocks.
+    let mut members = Vec::new();
+    // Closed candidates at i that are not at `next` have exactly i + 1 leading blocks.
+    let mut credit = |probe: &mut Probe<'_>, i: usize, next: Option<usize>, score: &mut [u32]| {
       let Some(node) = probe.node(i).copied() else {
         return;
       };
-      let mut members = Vec::new();
+      members.clear();
       self.sets.for_each(&node, |s| {
         if self.workers[s as usize].prefix_closed && (candidate.is_empty() || candidate[s as usize])
         {
           members.push(s);
         }
       });
-      for s in members {
+      for &s in &members {
         if next.is_none_or(|j| !probe.has(j, s)) {
           score[s as usize] = i as u32 + 1;
         }
       }
     };
-    let mut stack = vec![(0usize, last)];
-    let mut counts = std::collections::HashMap::new();
+    let mut counts = vec![u32::MAX; n];
     let mut count = |probe: &mut Probe<'_>, i: usize| {
-      *counts
-        .entry(i)
-        .or_insert_with(|| probe.closed_count(i, candidate))
-    };
-    while let Some((lo, hi)) = stack.pop() {
-      if lo == hi {
-        continue;
+      if counts[i] == u32::MAX {
+        counts[i] = probe.closed_count(i, candidate) as u32;
       }
-      if count(probe, lo) == count(probe, hi) {
+      counts[i]
+    };
+    let mut stack = Vec::with_capacity(64);
+    stack.push((0usize, last));
+    while let Some((lo, hi)) = stack.pop() {
+      if lo == hi || count(probe, lo) == count(probe, hi) {
         continue;
       }
       if hi == lo + 1 {

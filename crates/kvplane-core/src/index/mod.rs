@@ -278,12 +278,17 @@ impl Index {
       if self.cfg.retain_tokens && self.tokens[node as usize].is_empty() && !tokens.is_empty() {
         self.tokens[node as usize] = tokens.into();
       }
-      if self.sets.insert(&mut self.nodes[node as usize], slot) {
-        self.memberships += 1;
-        if prev != NONE {
-          if let Some(k) = self.sets.kids_mut(&mut self.nodes[prev as usize], slot) {
-            *k += 1;
-          }
+      if !self.sets.insert(&mut self.nodes[node as usize], slot) {
+        // The worker already holds this block under another engine id: one membership, one id.
+        self.drop_event(DropReason::DuplicateStore, 1);
+        prev = node;
+        prev_key = Some(key);
+        continue;
+      }
+      self.memberships += 1;
+      if prev != NONE {
+        if let Some(k) = self.sets.kids_mut(&mut self.nodes[prev as usize], slot) {
+          *k += 1;
         }
       }
       self.workers[slot as usize].engine.insert(eh, node);
@@ -294,27 +299,26 @@ impl Index {
   }
 
   fn node_for(&mut self, key: u64, parent: u32) -> u32 {
-    if let Some(n) = self.by_key.get(key) {
-      return n;
+    let next = match self.free_nodes.last() {
+      Some(&i) => i,
+      None => self.nodes.len() as u32,
+    };
+    let (idx, created) = self.by_key.get_or_insert_with(key, || next);
+    if !created {
+      return idx;
     }
     let node = Node::new(key, parent);
-    let idx = match self.free_nodes.pop() {
-      Some(i) => {
-        self.nodes[i as usize] = node;
-        i
+    if self.free_nodes.pop().is_some() {
+      self.nodes[idx as usize] = node;
+    } else {
+      self.nodes.push(node);
+      if self.cfg.retain_tokens {
+        self.tokens.push(Box::default());
       }
-      None => {
-        self.nodes.push(node);
-        if self.cfg.retain_tokens {
-          self.tokens.push(Box::default());
-        }
-        (self.nodes.len() - 1) as u32
-      }
-    };
+    }
     if parent != NONE {
       self.nodes[parent as usize].child_nodes += 1;
     }
-    self.by_key.insert(key, idx);
     idx
   }
 
@@ -350,10 +354,10 @@ impl Index {
     let Some(node) = self.workers[slot as usize].engine.remove(eh) else {
       return false;
     };
-    let kids = self
-      .sets
-      .remove(&mut self.nodes[node as usize], slot)
-      .unwrap_or(0);
+    let Some(kids) = self.sets.remove(&mut self.nodes[node as usize], slot) else {
+      debug_assert!(false, "engine map and worker sets disagree");
+      return true;
+    };
     self.memberships -= 1;
     let w = &mut self.workers[slot as usize];
     if kids > 0 {

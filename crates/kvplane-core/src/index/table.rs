@@ -50,6 +50,22 @@ impl U64Map {
     }
   }
 
+  /// The value for `key`, inserting `make()` first when absent (one probe); `true` if inserted.
+  #[inline]
+  pub fn get_or_insert_with(&mut self, key: u64, make: impl FnOnce() -> u32) -> (u32, bool) {
+    match self
+      .table
+      .entry(mix(key), |e| ({ e.key }) == key, |e| mix(e.key))
+    {
+      hashbrown::hash_table::Entry::Occupied(o) => (o.get().val, false),
+      hashbrown::hash_table::Entry::Vacant(v) => {
+        let val = make();
+        v.insert(Entry { key, val });
+        (val, true)
+      }
+    }
+  }
+
   #[inline]
   pub fn remove(&mut self, key: u64) -> Option<u32> {
     match self.table.find_entry(mix(key), |e| ({ e.key }) == key) {
