@@ -12,8 +12,11 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 export declare class NativeLocalIndexer {
   constructor(options: NativeIndexerOptions)
   applyBatch(batch: BatchIn): ApplyReportOut
-  /** Scores workers for a request given as chained block hashes (the index's keys). */
-  findMatches(seqHashes: BigUint64Array, workers?: Array<bigint> | undefined | null, dpRanks?: Array<number> | undefined | null, earlyExit?: boolean | undefined | null): MatchesOut
+  /**
+   * Scores workers for a request: its tokens (`Uint32Array`), hashed as the index's keys, or
+   * already its chained block hashes (`BigUint64Array`). Packed result: see `pack_matches`.
+   */
+  findMatches(query: Uint32Array | BigUint64Array, workers?: Array<bigint> | undefined | null, dpRanks?: Array<number> | undefined | null, earlyExit?: boolean | undefined | null): BigUint64Array
   getEvents(start?: bigint | undefined | null, end?: bigint | undefined | null): RecoveryOut
   dumpTree(): Promise<RecoveryOut>
   stats(): IndexerStatsOut
@@ -123,15 +126,11 @@ export interface IndexerStatsOut {
   perWorker: Array<WorkerStatsOut>
 }
 
-/** Matching results as parallel arrays, one entry per worker holding the first block. */
-export interface MatchesOut {
-  workerIds: BigUint64Array
-  dpRanks: Uint32Array
-  blocks: Uint32Array
-  treeSizes: BigUint64Array
-}
-
 export interface NativeIndexerOptions {
+  /** Block size of token queries. */
+  blockSize: number
+  /** With keyBy "engine": the engine's hashing options (its block size is `blockSize`). */
+  engineHash?: HashBlocksOptions
   workerId?: bigint
   /** "content" (default) or "engine". */
   keyBy?: string

@@ -1,6 +1,6 @@
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
 import type { KvEventBatch, KvEventBatchOut, KvEventOut } from './events.js';
-import { type HashBlocksOptions, hashBlocks } from './hash.js';
+import type { HashBlocksOptions } from './hash.js';
 import native from './native.js';
 
 export interface LocalIndexerOptions {
@@ -84,6 +84,11 @@ export interface IndexerStats {
   }>;
 }
 
+function checkedToken(t: number): number {
+  if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) invalidArg(`token ${t} is not an integer in 0..=4294967295`);
+  return t;
+}
+
 function randomEpoch(): bigint {
   const b = new BigUint64Array(1);
   crypto.getRandomValues(b);
@@ -97,18 +102,17 @@ function randomEpoch(): bigint {
 export class LocalIndexer {
   readonly #native: native.NativeLocalIndexer;
   readonly #blockSize: number;
-  readonly #queryHash: HashBlocksOptions;
 
   constructor(options: LocalIndexerOptions) {
     if (typeof options !== 'object' || options === null) invalidArg('options must be an object');
     const { blockSize, workerId, keyBy = 'content', engineHash, retainTokens, bufferSteps, epoch } = options;
     if (!Number.isInteger(blockSize) || blockSize < 1) invalidArg('blockSize must be a positive integer');
-    if (keyBy === 'engine' && engineHash === undefined) invalidArg("keyBy 'engine' needs engineHash");
     this.#blockSize = blockSize;
-    this.#queryHash = keyBy === 'engine' ? { ...engineHash, blockSize } : { algo: 'xxh3', blockSize };
     this.#native = callNative(
       () =>
         new native.NativeLocalIndexer({
+          blockSize,
+          engineHash: engineHash === undefined ? undefined : ({ ...engineHash, blockSize } as native.HashBlocksOptions),
           workerId,
           keyBy,
           retainTokens,
@@ -136,17 +140,38 @@ export class LocalIndexer {
     query: Uint32Array | readonly number[] | { seqHashes: BigUint64Array },
     options: FindMatchesOptions = {},
   ): Matches {
-    const seqHashes = 'seqHashes' in query ? query.seqHashes : hashBlocks(query, this.#queryHash);
-    if (!(seqHashes instanceof BigUint64Array)) invalidArg('seqHashes must be a BigUint64Array');
+    let q: Uint32Array | BigUint64Array;
+    if (query instanceof Uint32Array) q = query;
+    else if (Array.isArray(query)) q = Uint32Array.from(query as number[], checkedToken);
+    else if (
+      typeof query === 'object' &&
+      query !== null &&
+      'seqHashes' in query &&
+      query.seqHashes instanceof BigUint64Array
+    ) {
+      q = query.seqHashes;
+    } else invalidArg('query must be tokens (Uint32Array or number[]) or { seqHashes: BigUint64Array }');
     const { workers, earlyExit } = options;
-    return callNative(() =>
+    const packed = callNative(() =>
       this.#native.findMatches(
-        seqHashes,
+        q,
         workers?.map((w) => w.workerId),
         workers?.map((w) => w.dpRank),
         earlyExit,
       ),
     );
+    // One buffer: n worker ids and n tree sizes (u64), then n DP ranks and n block counts (u32),
+    // each u32 run padded to whole u64 words: 2n + 2 * ceil(n / 2) words in all.
+    const count = Math.floor(packed.length / 3);
+    const half = Math.ceil(count / 2);
+    const buf = packed.buffer;
+    const at = packed.byteOffset;
+    return {
+      workerIds: new BigUint64Array(buf, at, count),
+      treeSizes: new BigUint64Array(buf, at + 8 * count, count),
+      dpRanks: new Uint32Array(buf, at + 16 * count, count),
+      blocks: new Uint32Array(buf, at + 16 * count + 8 * half, count),
+    };
   }
 
   /** Recovery for batches `start..=end` (spec §3.4): `Events`, `TreeDump`, `TooNew` or `InvalidRange`. */

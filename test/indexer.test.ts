@@ -43,6 +43,18 @@ describe('LocalIndexer', () => {
     expect(byWorker(ix.findMatches(tokens(8), { workers: [{ workerId: 7n, dpRank: 1 }] }))).toEqual({ '7/1': 2 });
   });
 
+  it('returns every field right for odd and even numbers of matched workers', () => {
+    using ix = indexer();
+    for (let r = 0; r < 5; r++) {
+      ix.applyBatch({ dpRank: r, events: [stored(r + 1, 1000n * BigInt(r + 1))] });
+      const m = ix.findMatches(tokens(8));
+      expect([...m.dpRanks]).toEqual(Array.from({ length: r + 1 }, (_, i) => i));
+      expect([...m.blocks]).toEqual(Array.from({ length: r + 1 }, (_, i) => i + 1));
+      expect([...m.treeSizes]).toEqual(Array.from({ length: r + 1 }, (_, i) => BigInt(i + 1)));
+      expect([...m.workerIds]).toEqual(Array.from({ length: r + 1 }, () => 7n));
+    }
+  });
+
   it('chains stores from a parent, removes, and clears one rank only', () => {
     using ix = indexer();
     ix.applyBatch({ dpRank: 0, events: [stored(2, 100n), stored(2, 300n, 101n, 2 * BS)] });

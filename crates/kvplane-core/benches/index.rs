@@ -72,7 +72,7 @@ fn build(workers: usize, blocks_per_worker: usize, retain_tokens: bool) -> Workl
       held += ev.block_hashes.len();
       index.apply(worker(w), &KvEvent::Stored(ev)).unwrap();
     }
-    if w < 8 && w % 8 == 0 || (w < 64 && w % 8 == 0) {
+    if w < 64 && w % 8 == 0 {
       // Prefixes of the shared conversation under prompt 0, at different depths.
       let depth = 56 + (w / 8) * 56;
       let ev = stored(&mut rng, &shared_conv[..depth * BS], Some(prompt_tails[0]));

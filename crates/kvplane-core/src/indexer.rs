@@ -3,13 +3,17 @@
 
 use crate::error::{KvError, KvResult};
 use crate::event::{Batch, MAX_BATCH_EVENTS};
-use crate::index::{Index, IndexConfig, WorkerDump, WorkerKey};
+use crate::hash::{hash_blocks, Algo, HashOptions};
+use crate::index::{Index, IndexConfig, MatchOptions, Matches, WorkerDump, WorkerKey};
 use crate::log::{ReplayLog, DEFAULT_BUFFER_STEPS};
 use std::sync::Arc;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LocalIndexerConfig {
   pub index: IndexConfig,
+  /// How token queries become index keys: the `xxh3` chain (content keys, the default) or the
+  /// engine's algorithm (`KeyBy::Engine`). Its block size is the index's block size.
+  pub query_hash: HashOptions,
   /// Batches retained for replay.
   pub buffer_steps: usize,
   /// This node's worker id; workers are `(worker_id, dp_rank)`.
@@ -22,6 +26,7 @@ impl Default for LocalIndexerConfig {
   fn default() -> Self {
     LocalIndexerConfig {
       index: IndexConfig::default(),
+      query_hash: HashOptions::new(Algo::Xxh3, 16),
       buffer_steps: DEFAULT_BUFFER_STEPS,
       worker_id: 0,
       epoch: 0,
@@ -73,15 +78,21 @@ pub struct LocalIndexer {
 impl LocalIndexer {
   pub fn new(cfg: LocalIndexerConfig) -> LocalIndexer {
     LocalIndexer {
-      cfg,
       index: Index::new(cfg.index),
       log: ReplayLog::new(cfg.buffer_steps),
+      cfg,
       last_seq: 0,
     }
   }
 
   pub fn index(&self) -> &Index {
     &self.index
+  }
+
+  /// Scores workers for a request given as tokens, hashed as the index's keys are.
+  pub fn find_matches_tokens(&self, tokens: &[u32], opts: &MatchOptions) -> KvResult<Matches> {
+    let keys = hash_blocks(tokens, &self.cfg.query_hash, false)?.hashes;
+    Ok(self.index.find_matches(&keys, opts))
   }
 
   pub fn last_seq(&self) -> u64 {

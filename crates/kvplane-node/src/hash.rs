@@ -46,7 +46,7 @@ fn bigint_u64(name: &str, v: &BigInt) -> KvResult<u64> {
   Ok(value)
 }
 
-fn core_options(o: &HashBlocksOptions) -> KvResult<HashOptions> {
+pub(crate) fn core_options(o: &HashBlocksOptions) -> KvResult<HashOptions> {
   let algo = o
     .algo
     .as_deref()

@@ -2,8 +2,9 @@
 //! converted. Matching results cross as parallel typed arrays; dumps are built off the JS thread.
 
 use crate::error::{guard, guard_js, to_js, Code};
+use crate::hash::{core_options, HashBlocksOptions};
 use kvplane_core::event::{Batch, EventKind, KvEvent, RemovedEvent, StoredEvent};
-use kvplane_core::hash::{self, tokens_from_f64};
+use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
 use kvplane_core::index::{IndexConfig, KeyBy, MatchOptions, WorkerDump, WorkerKey};
 use kvplane_core::indexer::{LocalIndexer, LocalIndexerConfig, Recovery};
 use kvplane_core::{ErrorCode, KvError, KvResult};
@@ -13,6 +14,10 @@ use std::sync::{Arc, Mutex};
 
 #[napi(object, object_to_js = false)]
 pub struct NativeIndexerOptions {
+  /// Block size of token queries.
+  pub block_size: f64,
+  /// With keyBy "engine": the engine's hashing options (its block size is `blockSize`).
+  pub engine_hash: Option<HashBlocksOptions>,
   pub worker_id: Option<BigInt>,
   /// "content" (default) or "engine".
   pub key_by: Option<String>,
@@ -98,13 +103,27 @@ pub struct ApplyErrorOut {
   pub message: String,
 }
 
-/// Matching results as parallel arrays, one entry per worker holding the first block.
-#[napi(object)]
-pub struct MatchesOut {
-  pub worker_ids: BigUint64Array,
-  pub dp_ranks: Uint32Array,
-  pub blocks: Uint32Array,
-  pub tree_sizes: BigUint64Array,
+/// Matching results for `n` workers, packed in one buffer: `n` u64 worker ids, `n` u64 tree
+/// sizes, `n` u32 DP ranks, `n` u32 leading-block counts (all little-endian, in that order).
+fn pack_matches(m: &kvplane_core::index::Matches) -> Vec<u64> {
+  let n = m.scores.len();
+  let half = n.div_ceil(2);
+  let mut out = vec![0u64; 2 * n + 2 * half];
+  for (i, ((w, blocks), (_, size))) in m.scores.iter().zip(&m.tree_sizes).enumerate() {
+    out[i] = w.worker_id;
+    out[n + i] = *size;
+    out[2 * n + i / 2] |= if i % 2 == 0 {
+      w.dp_rank as u64
+    } else {
+      (w.dp_rank as u64) << 32
+    };
+    out[2 * n + half + i / 2] |= if i % 2 == 0 {
+      *blocks as u64
+    } else {
+      (*blocks as u64) << 32
+    };
+  }
+  out
 }
 
 #[napi(object)]
@@ -338,7 +357,20 @@ impl NativeLocalIndexer {
         .map(kvplane_core::log::buffer_steps_from_f64)
         .transpose()?
         .unwrap_or(kvplane_core::log::DEFAULT_BUFFER_STEPS);
+      let block_size = hash::block_size_from_f64(options.block_size)?;
+      let query_hash = match (&options.engine_hash, key_by) {
+        (Some(o), KeyBy::Engine) => HashOptions {
+          block_size,
+          ..core_options(o)?
+        },
+        (None, KeyBy::Engine) => {
+          return Err(KvError::invalid_arg("keyBy \"engine\" needs engineHash"))
+        }
+        _ => HashOptions::new(Algo::Xxh3, block_size),
+      };
+      query_hash.validate()?;
       Ok(LocalIndexerConfig {
+        query_hash,
         index: IndexConfig {
           key_by,
           retain_tokens: options.retain_tokens.unwrap_or(true),
@@ -402,15 +434,16 @@ impl NativeLocalIndexer {
     })
   }
 
-  /// Scores workers for a request given as chained block hashes (the index's keys).
+  /// Scores workers for a request: its tokens (`Uint32Array`), hashed as the index's keys, or
+  /// already its chained block hashes (`BigUint64Array`). Packed result: see `pack_matches`.
   #[napi]
   pub fn find_matches(
     &self,
-    seq_hashes: BigUint64Array,
+    query: Either<Uint32Array, BigUint64Array>,
     workers: Option<Vec<BigInt>>,
     dp_ranks: Option<Vec<u32>>,
     early_exit: Option<bool>,
-  ) -> Result<MatchesOut, Code> {
+  ) -> Result<BigUint64Array, Code> {
     guard_js(|| {
       let filter = match (workers, dp_ranks) {
         (None, None) => None,
@@ -436,22 +469,11 @@ impl NativeLocalIndexer {
         workers: filter,
         early_exit: early_exit.unwrap_or(false),
       };
-      let m = with(&self.inner, |ix| {
-        Ok(ix.index().find_matches(&seq_hashes, &opts))
+      let m = with(&self.inner, |ix| match &query {
+        Either::A(tokens) => ix.find_matches_tokens(tokens, &opts),
+        Either::B(keys) => Ok(ix.index().find_matches(keys, &opts)),
       })?;
-      let mut out = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-      for ((w, blocks), (_, size)) in m.scores.iter().zip(&m.tree_sizes) {
-        out.0.push(w.worker_id);
-        out.1.push(w.dp_rank);
-        out.2.push(*blocks);
-        out.3.push(*size);
-      }
-      Ok(MatchesOut {
-        worker_ids: BigUint64Array::new(out.0),
-        dp_ranks: Uint32Array::new(out.1),
-        blocks: Uint32Array::new(out.2),
-        tree_sizes: BigUint64Array::new(out.3),
-      })
+      Ok(BigUint64Array::new(pack_matches(&m)))
     })
   }
 

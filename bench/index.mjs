@@ -1,0 +1,249 @@
+// LocalIndexer against a pure-TS Map/Set index (bench/baseline/ts-index.mjs), side by side in
+// one process on the same events: apply throughput with 1M blocks resident, findMatches for an
+// 8k-token request against 128 workers x 16k blocks, bytes per membership, tree-dump time.
+//
+//   npm run build && npm run bench:index
+import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
+import { cpus } from 'node:os';
+import { TsIndex } from './baseline/ts-index.mjs';
+
+if (!process.env.KVPLANE_BENCH_PINNED) {
+  // One CPU for the whole run (these VMs' vCPUs differ in speed), and --expose-gc for memory.
+  try {
+    execFileSync(
+      'taskset',
+      [
+        '-c',
+        process.env.BENCH_CPU ?? '0',
+        process.execPath,
+        '--expose-gc',
+        '--max-old-space-size=16384',
+        ...process.argv.slice(1),
+      ],
+      {
+        stdio: 'inherit',
+        env: { ...process.env, KVPLANE_BENCH_PINNED: '1' },
+      },
+    );
+    process.exit(0);
+  } catch (err) {
+    process.exit(err.status ?? 1);
+  }
+}
+
+const require = createRequire(import.meta.url);
+const { LocalIndexer } = require('../dist/index.js');
+
+const BS = 16;
+let x = 0x9e3779b97f4a7c15n;
+let seed = 2463534242;
+const rand = () => {
+  seed ^= seed << 13;
+  seed >>>= 0;
+  seed ^= seed >>> 17;
+  seed ^= seed << 5;
+  seed >>>= 0;
+  return seed;
+};
+const nextHash = () => {
+  x = (x * 6364136223846793005n + 1442695040888963407n) & 0xffffffffffffffffn;
+  return x;
+};
+const tokens = (blocks) => Uint32Array.from({ length: blocks * BS }, () => rand() % 150000);
+const stored = (toks, parent) => ({
+  type: 'stored',
+  blockHashes: BigUint64Array.from({ length: toks.length / BS }, nextHash),
+  parentBlockHash: parent,
+  tokenIds: toks,
+  blockSize: BS,
+});
+const last = (a) => a[a.length - 1];
+
+/** The 128 x 16k workload of the Rust bench: per rank, two shared prompts + private conversations. */
+function workload(ranks, blocksPerRank) {
+  const prompts = Array.from({ length: 8 }, () => tokens(64));
+  const shared = tokens(448);
+  const perRank = [];
+  for (let w = 0; w < ranks; w++) {
+    const events = [];
+    const tails = [];
+    let held = 0;
+    for (const p of [w % 8, (Math.floor(w / 8) + 1) % 8]) {
+      const ev = stored(prompts[p], null);
+      tails.push(last(ev.blockHashes));
+      events.push(ev);
+      held += 64;
+    }
+    if (w < 64 && w % 8 === 0) {
+      const depth = 56 + (w / 8) * 56;
+      events.push(stored(shared.subarray(0, depth * BS), tails[0]));
+      held += depth;
+    }
+    while (held < blocksPerRank) {
+      let prev = tails[rand() % 2];
+      const n = Math.min(blocksPerRank - held, 256);
+      for (let i = 0; i < n; i += 16) {
+        const ev = stored(tokens(Math.min(16, n - i)), prev);
+        prev = last(ev.blockHashes);
+        events.push(ev);
+      }
+      held += n;
+    }
+    perRank.push(events);
+  }
+  const request = Uint32Array.from([...prompts[0], ...shared]);
+  return { perRank, request };
+}
+
+function loadBoth(perRank, retainTokens) {
+  const ix = new LocalIndexer({ blockSize: BS, retainTokens, bufferSteps: 16 });
+  const ts = new TsIndex();
+  perRank.forEach((events, dpRank) => {
+    for (let i = 0; i < events.length; i += 1024) ix.applyBatch({ dpRank, events: events.slice(i, i + 1024) });
+    for (const ev of events) ts.apply(dpRank, ev);
+  });
+  return { ix, ts };
+}
+
+const heap = () => {
+  global.gc();
+  global.gc();
+  return process.memoryUsage().heapUsed + process.memoryUsage().arrayBuffers;
+};
+const pct = (sorted, p) => sorted[Math.round((sorted.length - 1) * p)];
+const rows = [];
+const row = (what, kv, base, ratio, target) => rows.push({ what, kv, base, ratio, target });
+
+// --- findMatches + memory: 128 ranks x 16k blocks -------------------------------------------
+{
+  const { perRank, request } = workload(128, 16384);
+  const before = heap();
+  const ts = new TsIndex();
+  perRank.forEach((events, dpRank) => {
+    for (const ev of events) ts.apply(dpRank, ev);
+  });
+  const tsBytes = heap() - before;
+  const ix = new LocalIndexer({ blockSize: BS, retainTokens: false, bufferSteps: 16 });
+  perRank.forEach((events, dpRank) => {
+    for (let i = 0; i < events.length; i += 1024) ix.applyBatch({ dpRank, events: events.slice(i, i + 1024) });
+  });
+  const s = ix.stats();
+  const { hashBlocks } = require('../dist/index.js');
+  // Same answers first.
+  const kv = ix.findMatches(request);
+  const base = ts.findMatches(hashBlocks(request, { algo: 'xxh3', blockSize: BS }));
+  if (kv.blocks.length !== base.size)
+    throw new Error(`kvplane matched ${kv.blocks.length} workers, baseline ${base.size}`);
+  kv.dpRanks.forEach((r, i) => {
+    if (base.get(r) !== kv.blocks[i]) throw new Error(`rank ${r}: kvplane ${kv.blocks[i]}, baseline ${base.get(r)}`);
+  });
+  const lat = { kv: [], ts: [] };
+  for (let round = 0; round < 20; round++) {
+    for (let i = 0; i < 500; i++) {
+      let t = process.hrtime.bigint();
+      ix.findMatches(request);
+      lat.kv.push(Number(process.hrtime.bigint() - t) / 1e3);
+      t = process.hrtime.bigint();
+      ts.findMatches(hashBlocks(request, { algo: 'xxh3', blockSize: BS }));
+      lat.ts.push(Number(process.hrtime.bigint() - t) / 1e3);
+    }
+  }
+  lat.kv.sort((a, b) => a - b);
+  lat.ts.sort((a, b) => a - b);
+  const hashLat = [];
+  for (let i = 0; i < 5000; i++) {
+    const t = process.hrtime.bigint();
+    hashBlocks(request, { algo: 'xxh3', blockSize: BS });
+    hashLat.push(Number(process.hrtime.bigint() - t) / 1e3);
+  }
+  hashLat.sort((a, b) => a - b);
+  const f = (v) => `${v.toFixed(1)} µs`;
+  row(
+    `findMatches, 8k tokens vs 128 x 16k (${kv.blocks.length} workers matched), incl. hashing`,
+    `p50 ${f(pct(lat.kv, 0.5))}, p99 ${f(pct(lat.kv, 0.99))}`,
+    `p50 ${f(pct(lat.ts, 0.5))}, p99 ${f(pct(lat.ts, 0.99))}`,
+    `${(pct(lat.ts, 0.99) / pct(lat.kv, 0.99)).toFixed(1)}x at p99`,
+    `p99 ≤ 10 µs + hashing (${f(pct(hashLat, 0.99))})`,
+  );
+  row(
+    `bytes per (worker, block) membership, no tokens (${s.memberships} memberships)`,
+    `${(s.bytes / s.memberships).toFixed(1)} B`,
+    `${(tsBytes / s.memberships).toFixed(1)} B`,
+    `${(tsBytes / s.bytes).toFixed(1)}x less`,
+    '≤ 48 B',
+  );
+  ix.close();
+}
+
+// --- apply: churn with 1M blocks resident -----------------------------------------------------
+{
+  const ranks = 64;
+  const resident = [];
+  for (let i = 0; i < (1 << 20) / 16; i++) resident.push({ rank: i % ranks, ev: stored(tokens(16), null) });
+  const churn = [];
+  for (let i = 0; i < 16384; i++) {
+    const old = resident[i];
+    churn.push({ rank: old.rank, ev: { type: 'removed', blockHashes: old.ev.blockHashes } });
+    churn.push({ rank: old.rank, ev: stored(tokens(16), null) });
+  }
+  const perRank = Array.from({ length: ranks }, () => []);
+  for (const { rank, ev } of resident) perRank[rank].push(ev);
+  const { ix, ts } = loadBoth(perRank, false);
+  // Batches of up to 1024 events per rank, in arrival order.
+  const batches = [];
+  for (let i = 0; i < churn.length; i += 64) {
+    const byRank = new Map();
+    for (const { rank, ev } of churn.slice(i, i + 64)) {
+      if (!byRank.has(rank)) byRank.set(rank, []);
+      byRank.get(rank).push(ev);
+    }
+    for (const [dpRank, events] of byRank) batches.push({ dpRank, events });
+  }
+  const ops = churn.reduce((n, c) => n + c.ev.blockHashes.length, 0);
+  let t = performance.now();
+  for (const b of batches) ix.applyBatch(b);
+  const kvS = (performance.now() - t) / 1000;
+  t = performance.now();
+  for (const b of batches) for (const ev of b.events) ts.apply(b.dpRank, ev);
+  const tsS = (performance.now() - t) / 1000;
+  const m = (v) => `${(v / 1e6).toFixed(2)} M block ops/s`;
+  row(
+    `apply (store + remove churn, ${ix.stats().memberships} memberships resident)`,
+    m(ops / kvS),
+    m(ops / tsS),
+    `${(tsS / kvS).toFixed(1)}x`,
+    '≥ 10 M block ops/s',
+  );
+  ix.close();
+}
+
+// --- dump: 1M blocks with tokens ------------------------------------------------------------
+{
+  const { perRank } = workload(64, 16384);
+  const { ix, ts } = loadBoth(perRank, true);
+  const blocks = ix.stats().memberships;
+  let t = performance.now();
+  const dump = await ix.dumpTree();
+  const kvS = (performance.now() - t) / 1000;
+  t = performance.now();
+  const base = ts.dump();
+  const tsS = (performance.now() - t) / 1000;
+  const events = dump.workers.reduce((n, w) => n + w.events.length, 0);
+  const baseEvents = base.reduce((n, w) => n + w.events.length, 0);
+  row(
+    `dumpTree, ${blocks} blocks with tokens (${events} segment events; baseline ${baseEvents} block events)`,
+    `${kvS.toFixed(3)} s`,
+    `${tsS.toFixed(3)} s`,
+    `${(tsS / kvS).toFixed(1)}x`,
+    '≤ 1 s (dump + serve)',
+  );
+  ix.close();
+}
+
+console.log(
+  `LocalIndexer vs pure-TS Map index, same events, same process; ${cpus()[0]?.model ?? '?'}, node ${process.version}`,
+);
+console.log('| measure | kvplane LocalIndexer | pure-TS baseline | ratio | target |');
+console.log('|---|---|---|---|---|');
+for (const r of rows) console.log(`| ${r.what} | ${r.kv} | ${r.base} | ${r.ratio} | ${r.target} |`);
