@@ -99,16 +99,48 @@ fn to_hashed(out: BlockHashes) -> HashedBlocks {
 }
 
 /// Chained hashes of every full block of `tokens`.
-#[napi]
-pub fn hash_blocks(
+#[napi(ts_return_type = "BigUint64Array")]
+pub fn hash_blocks<'env>(
+  env: &'env Env,
   tokens: Either<Uint32Array, Vec<f64>>,
   options: HashBlocksOptions,
-) -> Result<BigUint64Array, Code> {
-  guard_js(|| {
+) -> Result<Unknown<'env>, Code> {
+  let hashes = guard_js(|| {
     let opts = core_options(&options)?;
-    let out = hash::hash_blocks(&tokens_of(&tokens)?, &opts, false)?;
-    Ok(BigUint64Array::new(out.hashes))
-  })
+    Ok(hash::hash_blocks(&tokens_of(&tokens)?, &opts, false)?.hashes)
+  })?;
+  // A V8-owned array: memory the GC sees and reclaims, unlike an external buffer.
+  v8_u64s(env, hashes)
+}
+
+/// Copies u64s into a new `BigUint64Array` whose memory V8 allocates and frees with the array.
+/// (napi-rs's typed arrays wrap Rust memory as external buffers, which Node frees only when the
+/// event loop turns: a synchronous burst of calls would hold every result until then.)
+pub(crate) fn v8_u64s(env: &Env, data: Vec<u64>) -> Result<Unknown<'_>, Code> {
+  let fail = |what: &str| invalid_arg(format!("cannot allocate the result: {what} failed"));
+  let bytes = std::mem::size_of_val(data.as_slice());
+  let mut ptr = std::ptr::null_mut();
+  let mut buffer = std::ptr::null_mut();
+  let mut array = std::ptr::null_mut();
+  // SAFETY: plain N-API calls on the current env; `ptr` points at `bytes` fresh bytes owned by
+  // the new ArrayBuffer, which `data` (exactly `bytes` long) is copied into.
+  unsafe {
+    if napi::sys::napi_create_arraybuffer(env.raw(), bytes, &mut ptr, &mut buffer)
+      != napi::sys::Status::napi_ok
+    {
+      return Err(fail("napi_create_arraybuffer"));
+    }
+    if bytes > 0 {
+      std::ptr::copy_nonoverlapping(data.as_ptr().cast::<u8>(), ptr.cast::<u8>(), bytes);
+    }
+    let kind = napi::sys::TypedarrayType::biguint64_array;
+    if napi::sys::napi_create_typedarray(env.raw(), kind, data.len(), buffer, 0, &mut array)
+      != napi::sys::Status::napi_ok
+    {
+      return Err(fail("napi_create_typedarray"));
+    }
+    Ok(Unknown::from_raw_unchecked(env.raw(), array))
+  }
 }
 
 /// Chained hashes of every full block of `tokens`, with the raw digests.

@@ -2,7 +2,7 @@
 //! converted. Matching results cross as parallel typed arrays; dumps are built off the JS thread.
 
 use crate::error::{guard, guard_js, to_js, Code};
-use crate::hash::{core_options, HashBlocksOptions};
+use crate::hash::{core_options, v8_u64s, HashBlocksOptions};
 use kvplane_core::event::{Batch, EventKind, KvEvent, RemovedEvent, StoredEvent};
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
 use kvplane_core::index::{IndexConfig, KeyBy, MatchOptions, WorkerDump, WorkerKey};
@@ -436,15 +436,16 @@ impl NativeLocalIndexer {
 
   /// Scores workers for a request: its tokens (`Uint32Array`), hashed as the index's keys, or
   /// already its chained block hashes (`BigUint64Array`). Packed result: see `pack_matches`.
-  #[napi]
-  pub fn find_matches(
+  #[napi(ts_return_type = "BigUint64Array")]
+  pub fn find_matches<'env>(
     &self,
+    env: &'env Env,
     query: Either<Uint32Array, BigUint64Array>,
     workers: Option<Vec<BigInt>>,
     dp_ranks: Option<Vec<u32>>,
     early_exit: Option<bool>,
-  ) -> Result<BigUint64Array, Code> {
-    guard_js(|| {
+  ) -> Result<Unknown<'env>, Code> {
+    let packed = guard_js(|| {
       let filter = match (workers, dp_ranks) {
         (None, None) => None,
         (Some(ids), Some(ranks)) if ids.len() == ranks.len() => Some(
@@ -473,8 +474,9 @@ impl NativeLocalIndexer {
         Either::A(tokens) => ix.find_matches_tokens(tokens, &opts),
         Either::B(keys) => Ok(ix.index().find_matches(keys, &opts)),
       })?;
-      Ok(BigUint64Array::new(pack_matches(&m)))
-    })
+      Ok(pack_matches(&m))
+    })?;
+    v8_u64s(env, packed)
   }
 
   #[napi]
