@@ -13,10 +13,10 @@ export declare class NativeLocalIndexer {
   constructor(options: NativeIndexerOptions)
   applyBatch(batch: BatchIn): ApplyReportOut
   /**
-   * Scores workers for a request: its tokens (`Uint32Array`), hashed as the index's keys, or
+   * Scores workers for a request: its tokens (`Uint32Array` or numbers), hashed as the index's keys, or
    * already its chained block hashes (`BigUint64Array`). Packed result: see `pack_matches`.
    */
-  findMatches(query: Uint32Array | BigUint64Array, workers?: Array<bigint> | undefined | null, dpRanks?: Array<number> | undefined | null, earlyExit?: boolean | undefined | null): BigUint64Array
+  findMatches(query: Uint32Array | BigUint64Array | Array<number>, workers?: Array<bigint> | undefined | null, dpRanks?: Array<number> | undefined | null, earlyExit?: boolean | undefined | null): BigUint64Array
   getEvents(start?: bigint | undefined | null, end?: bigint | undefined | null): RecoveryOut
   dumpTree(): Promise<RecoveryOut>
   stats(): IndexerStatsOut

@@ -84,11 +84,6 @@ export interface IndexerStats {
   }>;
 }
 
-function checkedToken(t: number): number {
-  if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) invalidArg(`token ${t} is not an integer in 0..=4294967295`);
-  return t;
-}
-
 function randomEpoch(): bigint {
   const b = new BigUint64Array(1);
   crypto.getRandomValues(b);
@@ -106,7 +101,6 @@ export class LocalIndexer {
   constructor(options: LocalIndexerOptions) {
     if (typeof options !== 'object' || options === null) invalidArg('options must be an object');
     const { blockSize, workerId, keyBy = 'content', engineHash, retainTokens, bufferSteps, epoch } = options;
-    if (!Number.isInteger(blockSize) || blockSize < 1) invalidArg('blockSize must be a positive integer');
     this.#blockSize = blockSize;
     this.#native = callNative(
       () =>
@@ -140,17 +134,16 @@ export class LocalIndexer {
     query: Uint32Array | readonly number[] | { seqHashes: BigUint64Array },
     options: FindMatchesOptions = {},
   ): Matches {
-    let q: Uint32Array | BigUint64Array;
-    if (query instanceof Uint32Array) q = query;
-    else if (Array.isArray(query)) q = Uint32Array.from(query as number[], checkedToken);
+    let q: Uint32Array | BigUint64Array | number[];
+    if (query instanceof Uint32Array || Array.isArray(query)) q = query as Uint32Array | number[];
     else if (
       typeof query === 'object' &&
       query !== null &&
       'seqHashes' in query &&
       query.seqHashes instanceof BigUint64Array
-    ) {
+    )
       q = query.seqHashes;
-    } else invalidArg('query must be tokens (Uint32Array or number[]) or { seqHashes: BigUint64Array }');
+    else invalidArg('query must be tokens (Uint32Array or number[]) or { seqHashes: BigUint64Array }');
     const { workers, earlyExit } = options;
     const packed = callNative(() =>
       this.#native.findMatches(

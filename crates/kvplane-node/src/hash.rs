@@ -1,10 +1,11 @@
 //! Block hashing: `hashBlocks` (sync) and `hashBlocksAsync` (off the JS thread).
 
+use crate::convert::{bigint_u64, v8_u64s};
 use crate::error::{guard, guard_js, invalid_arg, to_js, Code};
 use crate::extra_key::JsExtraKey;
 use kvplane_core::hash::{self, Algo, BlockHashes, HashOptions, Parent};
 use kvplane_core::int64;
-use kvplane_core::{KvError, KvResult};
+use kvplane_core::KvResult;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
@@ -34,16 +35,6 @@ pub struct HashedBlocks {
   pub digests: Buffer,
   /// Bytes per digest.
   pub digest_size: u32,
-}
-
-fn bigint_u64(name: &str, v: &BigInt) -> KvResult<u64> {
-  let (negative, value, lossless) = v.get_u64();
-  if negative || !lossless {
-    return Err(KvError::invalid_arg(format!(
-      "{name} must be a bigint in 0..=2^64-1"
-    )));
-  }
-  Ok(value)
 }
 
 pub(crate) fn core_options(o: &HashBlocksOptions) -> KvResult<HashOptions> {
@@ -111,36 +102,6 @@ pub fn hash_blocks<'env>(
   })?;
   // A V8-owned array: memory the GC sees and reclaims, unlike an external buffer.
   v8_u64s(env, hashes)
-}
-
-/// Copies u64s into a new `BigUint64Array` whose memory V8 allocates and frees with the array.
-/// (napi-rs's typed arrays wrap Rust memory as external buffers, which Node frees only when the
-/// event loop turns: a synchronous burst of calls would hold every result until then.)
-pub(crate) fn v8_u64s(env: &Env, data: Vec<u64>) -> Result<Unknown<'_>, Code> {
-  let fail = |what: &str| invalid_arg(format!("cannot allocate the result: {what} failed"));
-  let bytes = std::mem::size_of_val(data.as_slice());
-  let mut ptr = std::ptr::null_mut();
-  let mut buffer = std::ptr::null_mut();
-  let mut array = std::ptr::null_mut();
-  // SAFETY: plain N-API calls on the current env; `ptr` points at `bytes` fresh bytes owned by
-  // the new ArrayBuffer, which `data` (exactly `bytes` long) is copied into.
-  unsafe {
-    if napi::sys::napi_create_arraybuffer(env.raw(), bytes, &mut ptr, &mut buffer)
-      != napi::sys::Status::napi_ok
-    {
-      return Err(fail("napi_create_arraybuffer"));
-    }
-    if bytes > 0 {
-      std::ptr::copy_nonoverlapping(data.as_ptr().cast::<u8>(), ptr.cast::<u8>(), bytes);
-    }
-    let kind = napi::sys::TypedarrayType::biguint64_array;
-    if napi::sys::napi_create_typedarray(env.raw(), kind, data.len(), buffer, 0, &mut array)
-      != napi::sys::Status::napi_ok
-    {
-      return Err(fail("napi_create_typedarray"));
-    }
-    Ok(Unknown::from_raw_unchecked(env.raw(), array))
-  }
 }
 
 /// Chained hashes of every full block of `tokens`, with the raw digests.

@@ -1,8 +1,9 @@
 //! `NativeLocalIndexer`: the core `LocalIndexer` behind a mutex, with its inputs and outputs
 //! converted. Matching results cross as parallel typed arrays; dumps are built off the JS thread.
 
+use crate::convert::{bigint_u64, v8_u64s};
 use crate::error::{guard, guard_js, to_js, Code};
-use crate::hash::{core_options, v8_u64s, HashBlocksOptions};
+use crate::hash::{core_options, HashBlocksOptions};
 use kvplane_core::event::{Batch, EventKind, KvEvent, RemovedEvent, StoredEvent};
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
 use kvplane_core::index::{IndexConfig, KeyBy, MatchOptions, WorkerDump, WorkerKey};
@@ -154,21 +155,11 @@ pub struct IndexerStatsOut {
   pub per_worker: Vec<WorkerStatsOut>,
 }
 
-fn u64_of(name: &str, v: &BigInt) -> KvResult<u64> {
-  let (negative, value, lossless) = v.get_u64();
-  if negative || !lossless {
-    return Err(KvError::invalid_arg(format!(
-      "{name} must be a bigint in 0..=2^64-1"
-    )));
-  }
-  Ok(value)
-}
-
 fn hashes_in(v: &Option<Either<BigUint64Array, Vec<BigInt>>>) -> KvResult<Vec<u64>> {
   match v {
     None => Err(KvError::invalid_arg("blockHashes is required")),
     Some(Either::A(a)) => Ok(a.to_vec()),
-    Some(Either::B(v)) => v.iter().map(|b| u64_of("blockHashes[i]", b)).collect(),
+    Some(Either::B(v)) => v.iter().map(|b| bigint_u64("blockHashes[i]", b)).collect(),
   }
 }
 
@@ -183,7 +174,7 @@ fn event_in(e: &EventIn) -> KvResult<KvEvent> {
     EventKind::Stored => KvEvent::Stored(StoredEvent {
       block_hashes: hashes_in(&e.block_hashes)?,
       parent_block_hash: match &e.parent_block_hash {
-        Some(Either::A(p)) => Some(u64_of("parentBlockHash", p)?),
+        Some(Either::A(p)) => Some(bigint_u64("parentBlockHash", p)?),
         _ => None,
       },
       token_ids: match &e.token_ids {
@@ -379,13 +370,13 @@ impl NativeLocalIndexer {
         worker_id: options
           .worker_id
           .as_ref()
-          .map(|v| u64_of("workerId", v))
+          .map(|v| bigint_u64("workerId", v))
           .transpose()?
           .unwrap_or(0),
         epoch: options
           .epoch
           .as_ref()
-          .map(|v| u64_of("epoch", v))
+          .map(|v| bigint_u64("epoch", v))
           .transpose()?
           .unwrap_or(0),
       })
@@ -406,7 +397,7 @@ impl NativeLocalIndexer {
       let seq = batch
         .seq
         .as_ref()
-        .map(|s| u64_of("seq", s))
+        .map(|s| bigint_u64("seq", s))
         .transpose()?
         .unwrap_or(0);
       let dp_rank = match batch.dp_rank {
@@ -434,13 +425,13 @@ impl NativeLocalIndexer {
     })
   }
 
-  /// Scores workers for a request: its tokens (`Uint32Array`), hashed as the index's keys, or
+  /// Scores workers for a request: its tokens (`Uint32Array` or numbers), hashed as the index's keys, or
   /// already its chained block hashes (`BigUint64Array`). Packed result: see `pack_matches`.
   #[napi(ts_return_type = "BigUint64Array")]
   pub fn find_matches<'env>(
     &self,
     env: &'env Env,
-    query: Either<Uint32Array, BigUint64Array>,
+    query: Either3<Uint32Array, BigUint64Array, Vec<f64>>,
     workers: Option<Vec<BigInt>>,
     dp_ranks: Option<Vec<u32>>,
     early_exit: Option<bool>,
@@ -454,7 +445,7 @@ impl NativeLocalIndexer {
             .zip(ranks)
             .map(|(id, dp_rank)| {
               Ok(WorkerKey {
-                worker_id: u64_of("workers[i].workerId", id)?,
+                worker_id: bigint_u64("workers[i].workerId", id)?,
                 dp_rank,
               })
             })
@@ -471,8 +462,9 @@ impl NativeLocalIndexer {
         early_exit: early_exit.unwrap_or(false),
       };
       let m = with(&self.inner, |ix| match &query {
-        Either::A(tokens) => ix.find_matches_tokens(tokens, &opts),
-        Either::B(keys) => Ok(ix.index().find_matches(keys, &opts)),
+        Either3::A(tokens) => ix.find_matches_tokens(tokens, &opts),
+        Either3::B(keys) => Ok(ix.index().find_matches(keys, &opts)),
+        Either3::C(numbers) => ix.find_matches_tokens(&tokens_from_f64(numbers)?, &opts),
       })?;
       Ok(pack_matches(&m))
     })?;
@@ -486,8 +478,8 @@ impl NativeLocalIndexer {
     end: Option<BigInt>,
   ) -> Result<RecoveryOut, Code> {
     guard_js(|| {
-      let start = start.as_ref().map(|v| u64_of("start", v)).transpose()?;
-      let end = end.as_ref().map(|v| u64_of("end", v)).transpose()?;
+      let start = start.as_ref().map(|v| bigint_u64("start", v)).transpose()?;
+      let end = end.as_ref().map(|v| bigint_u64("end", v)).transpose()?;
       Ok(recovery_out(with(&self.inner, |ix| {
         Ok(ix.get_events(start, end))
       })?))
