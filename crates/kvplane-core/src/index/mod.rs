@@ -151,6 +151,9 @@ pub struct Index {
   /// Workers that are not prefix-closed (matched by exact scan).
   open_workers: u32,
   drops: [u64; 4],
+  /// Reused buffers of `store` and `remove`.
+  scratch_keys: Vec<u64>,
+  scratch_nodes: Vec<u32>,
 }
 
 impl Index {
@@ -167,6 +170,8 @@ impl Index {
       memberships: 0,
       open_workers: 0,
       drops: [0; 4],
+      scratch_keys: Vec::new(),
+      scratch_nodes: Vec::new(),
     }
   }
 
@@ -239,7 +244,7 @@ impl Index {
       self.workers[slot as usize].needs_recovery = true;
       return Err(e);
     }
-    let (mut prev, mut prev_key) = match s.parent_block_hash {
+    let (mut prev, prev_key) = match s.parent_block_hash {
       None => (NONE, None),
       Some(p) => match self.workers[slot as usize].engine.get(p) {
         Some(n) => (n, Some(self.nodes[n as usize].key)),
@@ -251,24 +256,37 @@ impl Index {
       },
     };
     let bs = s.block_size as usize;
+    // Keys first (pure computation), then prefetch every slot this event will probe, so the
+    // cache misses overlap instead of queueing one after another.
+    let mut keys = std::mem::take(&mut self.scratch_keys);
+    keys.clear();
+    let mut chain = prev_key;
     for (i, &eh) in s.block_hashes.iter().enumerate() {
+      let key = match self.cfg.key_by {
+        KeyBy::Engine => eh,
+        KeyBy::Content => {
+          let tokens = &s.token_ids[i * bs..(i + 1) * bs];
+          let c = content_hash(tokens);
+          chain.map_or(c, |p| seq_hash(p, c))
+        }
+      };
+      keys.push(key);
+      chain = Some(key);
+    }
+    for (&eh, &key) in s.block_hashes.iter().zip(&keys) {
+      self.workers[slot as usize].engine.prefetch(eh);
+      self.by_key.prefetch(key);
+    }
+    for (i, (&eh, &key)) in s.block_hashes.iter().zip(&keys).enumerate() {
       let tokens = if s.token_ids.is_empty() {
         &[][..]
       } else {
         &s.token_ids[i * bs..(i + 1) * bs]
       };
-      let key = match self.cfg.key_by {
-        KeyBy::Engine => eh,
-        KeyBy::Content => {
-          let c = content_hash(tokens);
-          prev_key.map_or(c, |p| seq_hash(p, c))
-        }
-      };
       if let Some(existing) = self.workers[slot as usize].engine.get(eh) {
         if self.nodes[existing as usize].key == key {
           self.drop_event(DropReason::DuplicateStore, 1);
           prev = existing;
-          prev_key = Some(key);
           continue;
         }
         // The engine reused an id for other content: the old block is gone.
@@ -282,7 +300,6 @@ impl Index {
         // The worker already holds this block under another engine id: one membership, one id.
         self.drop_event(DropReason::DuplicateStore, 1);
         prev = node;
-        prev_key = Some(key);
         continue;
       }
       self.memberships += 1;
@@ -293,8 +310,8 @@ impl Index {
       }
       self.workers[slot as usize].engine.insert(eh, node);
       prev = node;
-      prev_key = Some(key);
     }
+    self.scratch_keys = keys;
     Ok(())
   }
 
@@ -343,6 +360,26 @@ impl Index {
   }
 
   fn remove(&mut self, slot: u32, r: &RemovedEvent) {
+    // Prefetch the engine slots, then the nodes they name, then the key slots reclaim will
+    // probe; then remove block by block as usual.
+    let engine = &self.workers[slot as usize].engine;
+    for &eh in &r.block_hashes {
+      engine.prefetch(eh);
+    }
+    let mut nodes = std::mem::take(&mut self.scratch_nodes);
+    nodes.clear();
+    nodes.extend(
+      r.block_hashes
+        .iter()
+        .map(|&eh| engine.get(eh).unwrap_or(NONE)),
+    );
+    for &n in nodes.iter().filter(|&&n| n != NONE) {
+      table::prefetch_read(std::ptr::addr_of!(self.nodes[n as usize]).cast());
+    }
+    for &n in nodes.iter().filter(|&&n| n != NONE) {
+      self.by_key.prefetch(self.nodes[n as usize].key);
+    }
+    self.scratch_nodes = nodes;
     for &eh in &r.block_hashes {
       if !self.remove_one(slot, eh) {
         self.drop_event(DropReason::UnknownRemoved, 1);
