@@ -158,8 +158,8 @@ export declare function toInt64(value: bigint): bigint
 /** Unsigned view of a signed 64-bit hash. */
 export declare function toUint64(value: bigint): bigint
 
-/** TensorRT-LLM's salt id of a salt string (SHA-256), or with `blake3` the older routers' id. */
-export declare function trtllmCacheSaltId(salt: string, blake3: boolean): bigint
+/** TensorRT-LLM's salt id of a salt string; `hash` is "sha256" (default) or "blake3". */
+export declare function trtllmCacheSaltId(salt: string, hash?: string | undefined | null): bigint
 
 export interface WorkerDumpOut {
   workerId: bigint

@@ -159,7 +159,5 @@ export function signedView(hashes: BigUint64Array): BigInt64Array {
  * computed it.
  */
 export function trtllmCacheSaltId(salt: string, options: { hash?: 'sha256' | 'blake3' } = {}): bigint {
-  const { hash = 'sha256' } = options;
-  if (hash !== 'sha256' && hash !== 'blake3') invalidArg(`unknown salt id hash ${JSON.stringify(hash)}`);
-  return callNative(() => native.trtllmCacheSaltId(salt, hash === 'blake3'));
+  return callNative(() => native.trtllmCacheSaltId(salt, options.hash));
 }

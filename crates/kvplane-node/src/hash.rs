@@ -178,12 +178,13 @@ pub fn to_uint64(value: BigInt) -> Result<BigInt, Code> {
   Ok(BigInt::from(int64::to_uint64(v)))
 }
 
-/// TensorRT-LLM's salt id of a salt string (SHA-256), or with `blake3` the older routers' id.
+/// TensorRT-LLM's salt id of a salt string; `hash` is "sha256" (default) or "blake3".
 #[napi]
-pub fn trtllm_cache_salt_id(salt: String, blake3: bool) -> BigInt {
-  BigInt::from(if blake3 {
-    hash::cache_salt_id_blake3(&salt)
-  } else {
-    hash::cache_salt_id(&salt)
-  })
+pub fn trtllm_cache_salt_id(salt: String, hash: Option<String>) -> Result<BigInt, Code> {
+  let how = hash
+    .as_deref()
+    .map(hash::SaltIdHash::parse)
+    .transpose()
+    .map_err(to_js)?;
+  Ok(BigInt::from(how.unwrap_or_default().salt_id(&salt)))
 }

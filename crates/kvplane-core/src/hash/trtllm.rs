@@ -50,6 +50,36 @@ pub fn cache_salt_id(salt: &str) -> u64 {
   u64::from_le_bytes(d[..8].try_into().expect("sha256 digest has 32 bytes"))
 }
 
+/// How a TensorRT-LLM salt string becomes its salt id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SaltIdHash {
+  /// SHA-256, first 8 bytes LE (SPEC §4; TensorRT-LLM's unified salt id). The default.
+  #[default]
+  Sha256,
+  /// BLAKE3, first 8 bytes LE (older TensorRT-LLM routers).
+  Blake3,
+}
+
+impl SaltIdHash {
+  pub fn parse(name: &str) -> crate::KvResult<SaltIdHash> {
+    match name {
+      "sha256" => Ok(SaltIdHash::Sha256),
+      "blake3" => Ok(SaltIdHash::Blake3),
+      other => Err(crate::KvError::invalid_arg(format!(
+        "salt id hash must be \"sha256\" or \"blake3\", got {other:?}"
+      ))),
+    }
+  }
+
+  /// The salt id of `salt`.
+  pub fn salt_id(self, salt: &str) -> u64 {
+    match self {
+      SaltIdHash::Sha256 => cache_salt_id(salt),
+      SaltIdHash::Blake3 => cache_salt_id_blake3(salt),
+    }
+  }
+}
+
 /// The salt id older TensorRT-LLM routers derived: BLAKE3, first 8 bytes little-endian.
 pub fn cache_salt_id_blake3(salt: &str) -> u64 {
   let d = blake3::hash(salt.as_bytes());
