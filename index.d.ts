@@ -119,6 +119,7 @@ export interface IndexerStatsOut {
   memberships: number
   workers: number
   bytes: number
+  tokenBytes: number
   lastSeq: bigint
   oldestSeq?: bigint
   retainedBatches: number

@@ -70,7 +70,9 @@ export interface IndexerStats {
   blocks: number;
   memberships: number;
   workers: number;
+  /** Heap bytes of the index, of which `tokenBytes` are retained tokens. */
   bytes: number;
+  tokenBytes: number;
   lastSeq: bigint;
   oldestSeq?: bigint;
   retainedBatches: number;

@@ -65,6 +65,7 @@ describe('LocalIndexer', () => {
     ix.applyBatch({ dpRank: 0, events: [{ type: 'cleared' }] });
     expect(byWorker(ix.findMatches(tokens(4)))).toEqual({ '7/1': 1 });
     expect(ix.stats().memberships).toBe(1);
+    expect(ix.stats().tokenBytes).toBe(BS * 4);
   });
 
   it('counts unknown parents, unknown removes and duplicates, and flags the rank for recovery', () => {

@@ -202,7 +202,10 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
       prop_assert_eq!(index_matches(&index, q), model.matches(q), "query {:?}", q);
     }
     let members: usize = model.held.iter().map(|h| h.len()).sum();
-    prop_assert_eq!(index.stats().memberships as usize, members);
+    let stats = index.stats();
+    prop_assert_eq!(stats.memberships as usize, members);
+    // Every stored block carries its tokens: the retained-token count follows the live blocks.
+    prop_assert_eq!(stats.token_bytes, stats.blocks * BS as u64 * 4);
   }
 
   // A dump applied to an empty index reproduces every match.
@@ -226,6 +229,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
   }
   prop_assert_eq!(index.stats().blocks, 0);
   prop_assert_eq!(index.stats().memberships, 0);
+  prop_assert_eq!(index.stats().token_bytes, 0);
   Ok(())
 }
 

@@ -134,6 +134,8 @@ pub struct IndexStats {
   pub workers: u64,
   /// Heap bytes held by the index.
   pub bytes: u64,
+  /// Of which retained tokens.
+  pub token_bytes: u64,
   pub drops: Vec<(DropReason, u64)>,
   pub per_worker: Vec<WorkerStats>,
 }
@@ -145,6 +147,8 @@ pub struct Index {
   by_key: U64Map,
   sets: Sets,
   tokens: Vec<Box<[u32]>>,
+  /// Token ids held in `tokens`, kept as we go so `stats` is O(workers).
+  token_words: usize,
   workers: Vec<WorkerState>,
   slots: HashMap<WorkerKey, u32>,
   memberships: u64,
@@ -165,6 +169,7 @@ impl Index {
       by_key: U64Map::default(),
       sets: Sets::default(),
       tokens: Vec::new(),
+      token_words: 0,
       workers: Vec::new(),
       slots: HashMap::new(),
       memberships: 0,
@@ -295,6 +300,7 @@ impl Index {
       let node = self.node_for(key, prev);
       if self.cfg.retain_tokens && self.tokens[node as usize].is_empty() && !tokens.is_empty() {
         self.tokens[node as usize] = tokens.into();
+        self.token_words += tokens.len();
       }
       if !self.sets.insert(&mut self.nodes[node as usize], slot) {
         // The worker already holds this block under another engine id: one membership, one id.
@@ -348,6 +354,7 @@ impl Index {
       }
       self.by_key.remove(node.key);
       if let Some(t) = self.tokens.get_mut(n as usize) {
+        self.token_words -= t.len();
         *t = Box::default();
       }
       self.free_nodes.push(n);
@@ -446,18 +453,6 @@ impl Index {
     w.unreachable = 0;
   }
 
-  /// Drops every block of `w` (as a `cleared` event would).
-  pub fn clear_worker(&mut self, w: WorkerKey) {
-    if let Some(&slot) = self.slots.get(&w) {
-      self.clear_slot(slot);
-    }
-  }
-
-  /// Workers known to the index (held blocks or not).
-  pub fn workers(&self) -> impl Iterator<Item = WorkerKey> + '_ {
-    self.workers.iter().map(|w| w.key)
-  }
-
   /// Whether a worker dropped events (unknown parent, unsupported layout) and needs recovery.
   pub fn needs_recovery(&self, w: WorkerKey) -> bool {
     self
@@ -477,7 +472,7 @@ impl Index {
     let node_bytes = self.nodes.capacity() * std::mem::size_of::<Node>()
       + self.free_nodes.capacity() * 4
       + self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
-      + self.tokens.iter().map(|t| t.len() * 4).sum::<usize>();
+      + self.token_words * 4;
     let worker_bytes: usize = self
       .workers
       .iter()
@@ -485,6 +480,7 @@ impl Index {
       .sum();
     IndexStats {
       blocks: (self.nodes.len() - self.free_nodes.len()) as u64,
+      token_bytes: (self.token_words * 4) as u64,
       memberships: self.memberships,
       workers: self.workers.len() as u64,
       bytes: (node_bytes + worker_bytes + self.by_key.bytes() + self.sets.bytes()) as u64,
@@ -503,12 +499,5 @@ impl Index {
         })
         .collect(),
     }
-  }
-
-  /// Heap bytes of the index without retained tokens (for the per-membership memory figure).
-  pub fn bytes_without_tokens(&self) -> u64 {
-    let tokens = self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
-      + self.tokens.iter().map(|t| t.len() * 4).sum::<usize>();
-    self.stats().bytes - tokens as u64
   }
 }
