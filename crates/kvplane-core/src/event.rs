@@ -1,5 +1,8 @@
 //! The normalized event model (SPEC §2): every codec maps to and from these types.
 
+use crate::codec::value::Value;
+use crate::error::{ErrorCode, KvError, KvResult};
+
 /// Blocks stored by the engine.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct StoredEvent {
@@ -16,6 +19,67 @@ pub struct StoredEvent {
   pub medium: Option<String>,
   pub group_idx: Option<u32>,
   pub cache_salt: Option<String>,
+  /// vLLM's per-block extra keys, kept opaque for re-encoding.
+  pub extra_keys: Option<Value>,
+  pub kv_cache_spec_kind: Option<String>,
+  pub kv_cache_spec_sliding_window: Option<i64>,
+  /// `LOCAL` or `REMOTE` relative to the publisher.
+  pub locality: Option<String>,
+  /// Secondary offloading tier identifier.
+  pub ownership: Option<String>,
+  pub session_id: Option<String>,
+  /// Tokens beyond each block used in its hash (opaque).
+  pub lookahead_token_ids: Option<Value>,
+  /// The hashes as the engine sent them when they were byte strings (SPEC §2).
+  pub hash_bytes: Option<Box<HashBytes>>,
+}
+
+/// Byte-string block hashes (vLLM with int hashes off, TRT-LLM V2 hex): `block_hashes` holds
+/// their last 8 bytes big-endian; these are the originals, for re-encoding.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HashBytes {
+  pub blocks: Vec<Vec<u8>>,
+  pub parent: Option<Vec<u8>>,
+}
+
+/// The u64 id of a byte-string hash: its last 8 bytes, big-endian (shorter ones zero-extended).
+pub fn u64_of_hash_bytes(b: &[u8]) -> u64 {
+  let tail = &b[b.len().saturating_sub(8)..];
+  tail.iter().fold(0u64, |acc, &x| (acc << 8) | x as u64)
+}
+
+impl StoredEvent {
+  /// SPEC §3.1: the tokens must split into `block_size` x hashes. Null or masked blocks, partial
+  /// blocks and hash-only placeholders cannot be indexed losslessly (`Err` says why).
+  /// `allow_hash_only` accepts events without tokens (for indexes keyed by the engine's hash).
+  pub fn check_layout(&self, allow_hash_only: bool) -> KvResult<()> {
+    if allow_hash_only && self.token_ids.is_empty() {
+      return Ok(());
+    }
+    let bs = self.block_size as usize;
+    let want = self.block_hashes.len().saturating_mul(bs);
+    if bs != 0 && self.token_ids.len() == want {
+      return Ok(());
+    }
+    let what = if self.token_ids.is_empty() {
+      "a hash-only placeholder"
+    } else if bs == 0 {
+      "no block size"
+    } else if self.token_ids.len() > want {
+      "null or masked blocks missing from the hashes"
+    } else {
+      "partial blocks"
+    };
+    Err(KvError::new(
+      ErrorCode::UnsupportedLayout,
+      format!(
+        "Unsupported BlockStored layout: {} tokens for {} block hashes of block_size {} ({what} cannot be indexed losslessly)",
+        self.token_ids.len(),
+        self.block_hashes.len(),
+        self.block_size
+      ),
+    ))
+  }
 }
 
 /// Blocks removed by the engine.
@@ -24,6 +88,31 @@ pub struct RemovedEvent {
   pub block_hashes: Vec<u64>,
   pub medium: Option<String>,
   pub group_idx: Option<u32>,
+  pub locality: Option<String>,
+  pub ownership: Option<String>,
+  /// Byte-string originals of `block_hashes` (see [`HashBytes`]).
+  pub hash_bytes: Option<Vec<Vec<u8>>>,
+}
+
+/// A change of one value (TRT-LLM `event_diff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Diff {
+  pub old: i64,
+  pub new: i64,
+}
+
+/// TRT-LLM: a block moved between cache levels or changed priority.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UpdatedEvent {
+  pub block_hash: u64,
+  pub cache_level: Option<Diff>,
+  pub priority: Option<Diff>,
+}
+
+/// TRT-LLM: the cache was created with these capacities.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CreatedEvent {
+  pub num_blocks_per_cache_level: Vec<u32>,
 }
 
 /// One KV-cache event.
@@ -33,6 +122,10 @@ pub enum KvEvent {
   Removed(RemovedEvent),
   /// Every block of that worker is gone.
   Cleared,
+  /// TRT-LLM only; no effect on the index and no proto form.
+  Updated(UpdatedEvent),
+  /// TRT-LLM only; no effect on the index and no proto form.
+  Created(CreatedEvent),
 }
 
 /// A numbered batch of events from one worker (DP rank).
@@ -54,6 +147,8 @@ pub enum EventKind {
   Stored,
   Removed,
   Cleared,
+  Updated,
+  Created,
 }
 
 impl EventKind {
@@ -62,8 +157,10 @@ impl EventKind {
       "stored" => Ok(EventKind::Stored),
       "removed" => Ok(EventKind::Removed),
       "cleared" => Ok(EventKind::Cleared),
+      "updated" => Ok(EventKind::Updated),
+      "created" => Ok(EventKind::Created),
       other => Err(crate::KvError::invalid_arg(format!(
-        "unknown event type {other:?}; expected stored, removed or cleared"
+        "unknown event type {other:?}; expected stored, removed, cleared, updated or created"
       ))),
     }
   }
@@ -73,6 +170,8 @@ impl EventKind {
       EventKind::Stored => "stored",
       EventKind::Removed => "removed",
       EventKind::Cleared => "cleared",
+      EventKind::Updated => "updated",
+      EventKind::Created => "created",
     }
   }
 }
@@ -83,6 +182,8 @@ impl KvEvent {
       KvEvent::Stored(_) => EventKind::Stored,
       KvEvent::Removed(_) => EventKind::Removed,
       KvEvent::Cleared => EventKind::Cleared,
+      KvEvent::Updated(_) => EventKind::Updated,
+      KvEvent::Created(_) => EventKind::Created,
     }
   }
 }

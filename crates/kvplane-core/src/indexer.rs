@@ -1,6 +1,8 @@
 //! `LocalIndexer`: the index, the replay log and the stream's seq and epoch, behind one lock on
 //! an engine node (SPEC §5, §6). Recovery answers follow SPEC §3.4.
 
+use crate::batch::split_oversized;
+use crate::codec::{self, Dialect};
 use crate::error::{KvError, KvResult};
 use crate::event::{Batch, MAX_BATCH_EVENTS};
 use crate::hash::{hash_blocks, Algo, HashOptions};
@@ -66,6 +68,17 @@ pub struct ApplyReport {
   pub seq: u64,
   /// Events that failed closed (unsupported layout); their worker was cleared.
   pub errors: Vec<KvError>,
+}
+
+/// What applying an encoded payload did.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedApplyReport {
+  /// One report per applied batch.
+  pub batches: Vec<ApplyReport>,
+  /// Events applied.
+  pub events: u32,
+  /// Events of unknown kinds, skipped by the decoder.
+  pub unknown_events: u32,
 }
 
 pub struct LocalIndexer {
@@ -153,6 +166,22 @@ impl LocalIndexer {
     }
     self.last_seq = batch.seq;
     self.log.push(Arc::new(batch));
+    Ok(report)
+  }
+
+  /// Decodes a payload of `dialect` and applies its batches (one, except for a TensorRT-LLM
+  /// JSON list spanning ranks or a batch of more than 1024 events), each under the next seq.
+  /// Nothing is applied if the bytes do not decode.
+  pub fn apply_encoded(&mut self, bytes: &[u8], dialect: Dialect) -> KvResult<EncodedApplyReport> {
+    let decoded = codec::decode(bytes, dialect)?;
+    let mut report = EncodedApplyReport {
+      unknown_events: decoded.unknown_events,
+      ..Default::default()
+    };
+    for b in decoded.batches.into_iter().flat_map(split_oversized) {
+      report.events += b.events.len() as u32;
+      report.batches.push(self.apply_batch(b)?);
+    }
     Ok(report)
   }
 

@@ -1,6 +1,8 @@
 //! kvplane core: pure Rust, no N-API. Block hashing for every engine, the index, the replay log
 //! and the wire codecs live here; the Node binding only converts values and maps errors.
 
+pub mod batch;
+pub mod codec;
 pub mod diagnostics;
 pub mod error;
 pub mod event;

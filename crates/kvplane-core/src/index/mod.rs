@@ -20,7 +20,7 @@ pub mod table;
 pub use dump::{DumpEvent, WorkerDump};
 pub use matching::{MatchOptions, Matches};
 
-use crate::error::{ErrorCode, KvError, KvResult};
+use crate::error::{KvError, KvResult};
 use crate::event::{KvEvent, RemovedEvent, StoredEvent};
 use crate::hash::{content_hash, seq_hash};
 use node::{Node, NONE};
@@ -218,28 +218,13 @@ impl Index {
         self.clear_slot(slot);
         Ok(())
       }
+      KvEvent::Updated(_) | KvEvent::Created(_) => Ok(()),
     }
   }
 
   /// Whether a stored event's tokens split into `block_size` x hashes (`Err` says why not).
   pub fn check_layout(&self, s: &StoredEvent) -> KvResult<()> {
-    let hash_only = self.cfg.key_by == KeyBy::Engine && s.token_ids.is_empty();
-    if hash_only {
-      return Ok(());
-    }
-    let bs = s.block_size as usize;
-    if bs == 0 || s.token_ids.len() != s.block_hashes.len() * bs {
-      return Err(KvError::new(
-        ErrorCode::UnsupportedLayout,
-        format!(
-          "Unsupported BlockStored layout: {} tokens for {} block hashes of block_size {} (null, masked or partial blocks cannot be indexed losslessly)",
-          s.token_ids.len(),
-          s.block_hashes.len(),
-          s.block_size
-        ),
-      ));
-    }
-    Ok(())
+    s.check_layout(self.cfg.key_by == KeyBy::Engine)
   }
 
   fn store(&mut self, slot: u32, s: &StoredEvent) -> KvResult<()> {
