@@ -10,6 +10,10 @@
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 export declare class NativeLocalIndexer {
+  /** Decodes and applies an encoded payload in one call (no JS object per event). */
+  applyEncoded(bytes: Uint8Array, dialect: string): EncodedApplyOut
+  /** The `/kv_recover` answer for `start..=end`, as JSON (`msgpack` false) or msgpack bytes. */
+  recover(start: bigint | undefined | null, end: bigint | undefined | null, msgpack: boolean): Promise<Buffer>
   constructor(options: NativeIndexerOptions)
   applyBatch(batch: BatchIn): ApplyReportOut
   /**
@@ -50,9 +54,37 @@ export interface BatchOut {
   events: Array<EventOut>
 }
 
+/**
+ * Decodes a payload; a stored event that cannot be indexed losslessly is
+ * `ERR_UNSUPPORTED_LAYOUT` (SPEC §3.1).
+ */
+export declare function decodeBatches(bytes: Buffer, dialect: string): DecodedOut
+
+export interface DecodedOut {
+  batches: Array<BatchOut>
+  /** The source's event ids per batch (TensorRT-LLM JSON, SMG proto); empty otherwise. */
+  eventIds: Array<BigUint64Array>
+  /** Events of unknown kinds, skipped. */
+  unknownEvents: number
+}
+
+export interface DiffIo {
+  old: number
+  new: number
+}
+
 export interface DropCount {
   reason: string
   count: number
+}
+
+/** Encodes a batch in `format` (`vllm`, `vllm_legacy`, `sglang`, `smg_proto`). */
+export declare function encodeBatch(batch: BatchIn, format: string): Buffer
+
+export interface EncodedApplyOut {
+  batches: Array<ApplyReportOut>
+  events: number
+  unknownEvents: number
 }
 
 export interface EventIn {
@@ -66,6 +98,18 @@ export interface EventIn {
   medium?: string
   groupIdx?: number
   cacheSalt?: string
+  extraKeys?: unknown
+  kvCacheSpecKind?: string
+  kvCacheSpecSlidingWindow?: number
+  locality?: string
+  ownership?: string
+  sessionId?: string
+  lookaheadTokenIds?: unknown
+  hashBytes?: HashBytesIn
+  blockHash?: bigint
+  cacheLevel?: DiffIo
+  priority?: DiffIo
+  numBlocksPerCacheLevel?: Array<number>
 }
 
 export interface EventOut {
@@ -79,6 +123,18 @@ export interface EventOut {
   medium?: string
   groupIdx?: number
   cacheSalt?: string
+  extraKeys?: unknown
+  kvCacheSpecKind?: string
+  kvCacheSpecSlidingWindow?: number
+  locality?: string
+  ownership?: string
+  sessionId?: string
+  lookaheadTokenIds?: unknown
+  hashBytes?: HashBytesOut
+  blockHash?: bigint
+  cacheLevel?: DiffIo
+  priority?: DiffIo
+  numBlocksPerCacheLevel?: Array<number>
 }
 
 /** Chained hashes of every full block of `tokens`. */
@@ -103,6 +159,16 @@ export interface HashBlocksOptions {
 
 /** Chained hashes of every full block of `tokens`, with the raw digests. */
 export declare function hashBlocksWithDigests(tokens: Uint32Array | Array<number>, options: HashBlocksOptions): HashedBlocks
+
+export interface HashBytesIn {
+  blocks?: Array<Uint8Array>
+  parent?: Uint8Array
+}
+
+export interface HashBytesOut {
+  blocks?: Array<Buffer>
+  parent?: Buffer
+}
 
 /** Block hashes with their raw digests. */
 export interface HashedBlocks {

@@ -836,6 +836,8 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
+module.exports.decodeBatches = nativeBinding.decodeBatches
+module.exports.encodeBatch = nativeBinding.encodeBatch
 module.exports.hashBlocks = nativeBinding.hashBlocks
 module.exports.hashBlocksAsync = nativeBinding.hashBlocksAsync
 module.exports.hashBlocksWithDigests = nativeBinding.hashBlocksWithDigests

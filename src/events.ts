@@ -15,6 +15,24 @@ export interface StoredEvent {
   medium?: string;
   groupIdx?: number;
   cacheSalt?: string;
+  /** vLLM's per-block extra keys, opaque (kept for re-encoding). */
+  extraKeys?: unknown;
+  kvCacheSpecKind?: string;
+  kvCacheSpecSlidingWindow?: number;
+  /** `LOCAL` or `REMOTE` relative to the publisher. */
+  locality?: string;
+  ownership?: string;
+  sessionId?: string;
+  /** Tokens beyond each block used in its hash, opaque. */
+  lookaheadTokenIds?: unknown;
+  /** The engine's byte-string hashes, when it sent bytes (`blockHashes` holds their u64 ids). */
+  hashBytes?: HashBytes;
+}
+
+/** Byte-string block hashes as the engine sent them. */
+export interface HashBytes {
+  blocks?: readonly Uint8Array[];
+  parent?: Uint8Array;
 }
 
 export interface RemovedEvent {
@@ -22,6 +40,29 @@ export interface RemovedEvent {
   blockHashes: BigUint64Array | readonly bigint[];
   medium?: string;
   groupIdx?: number;
+  locality?: string;
+  ownership?: string;
+  hashBytes?: { blocks?: readonly Uint8Array[] };
+}
+
+/** A change of one value (TensorRT-LLM `event_diff`). */
+export interface Diff {
+  old: number;
+  new: number;
+}
+
+/** TensorRT-LLM only: a block changed cache level or priority. No effect on the index. */
+export interface UpdatedEvent {
+  type: 'updated';
+  blockHash: bigint;
+  cacheLevel?: Diff;
+  priority?: Diff;
+}
+
+/** TensorRT-LLM only: the cache's capacity per level. No effect on the index. */
+export interface CreatedEvent {
+  type: 'created';
+  numBlocksPerCacheLevel: readonly number[];
 }
 
 /** Every block of that worker (DP rank) is gone. */
@@ -29,7 +70,7 @@ export interface ClearedEvent {
   type: 'cleared';
 }
 
-export type KvEvent = StoredEvent | RemovedEvent | ClearedEvent;
+export type KvEvent = StoredEvent | RemovedEvent | ClearedEvent | UpdatedEvent | CreatedEvent;
 
 /** A batch of events from one DP rank. */
 export interface KvEventBatch {
@@ -44,7 +85,7 @@ export interface KvEventBatch {
 
 /** An event as kvplane returns it (replay batches, tree dumps). */
 export interface KvEventOut {
-  type: 'stored' | 'removed' | 'cleared';
+  type: 'stored' | 'removed' | 'cleared' | 'updated' | 'created';
   blockHashes?: BigUint64Array;
   parentBlockHash?: bigint;
   tokenIds?: Uint32Array;
@@ -54,6 +95,18 @@ export interface KvEventOut {
   medium?: string;
   groupIdx?: number;
   cacheSalt?: string;
+  extraKeys?: unknown;
+  kvCacheSpecKind?: string;
+  kvCacheSpecSlidingWindow?: number;
+  locality?: string;
+  ownership?: string;
+  sessionId?: string;
+  lookaheadTokenIds?: unknown;
+  hashBytes?: { blocks?: Buffer[]; parent?: Buffer };
+  blockHash?: bigint;
+  cacheLevel?: Diff;
+  priority?: Diff;
+  numBlocksPerCacheLevel?: number[];
 }
 
 export interface KvEventBatchOut {

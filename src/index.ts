@@ -1,12 +1,24 @@
+export {
+  type DecodedBatches,
+  type Dialect,
+  decodeBatch,
+  decodeBatches,
+  type EncodeFormat,
+  encodeBatch,
+} from './codec.js';
 export { KvPlaneError, type KvPlaneErrorCode } from './errors.js';
 export type {
   ClearedEvent,
+  CreatedEvent,
+  Diff,
+  HashBytes,
   KvEvent,
   KvEventBatch,
   KvEventBatchOut,
   KvEventOut,
   RemovedEvent,
   StoredEvent,
+  UpdatedEvent,
 } from './events.js';
 export {
   digestsHex,
@@ -24,6 +36,7 @@ export {
 } from './hash.js';
 export {
   type ApplyResult,
+  type EncodedApplyResult,
   type FindMatchesOptions,
   type IndexerStats,
   LocalIndexer,

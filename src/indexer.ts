@@ -1,3 +1,4 @@
+import type { Dialect } from './codec.js';
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
 import type { KvEventBatch, KvEventBatchOut, KvEventOut } from './events.js';
 import type { HashBlocksOptions } from './hash.js';
@@ -66,6 +67,15 @@ export interface ApplyResult {
   errors: KvPlaneError[];
 }
 
+export interface EncodedApplyResult {
+  /** One result per applied batch. */
+  batches: ApplyResult[];
+  /** Events applied. */
+  events: number;
+  /** Events of unknown kinds, skipped by the decoder. */
+  unknownEvents: number;
+}
+
 export interface IndexerStats {
   blocks: number;
   memberships: number;
@@ -126,6 +136,32 @@ export class LocalIndexer {
   applyBatch(batch: KvEventBatch): ApplyResult {
     const r = callNative(() => this.#native.applyBatch(batch as native.BatchIn));
     return { seq: r.seq, errors: r.errors.map((e) => new KvPlaneError(e.code as KvPlaneErrorCode, e.message)) };
+  }
+
+  /**
+   * Decodes an engine payload and applies it in one native call (the bulk path: no JS object per
+   * event). Each decoded batch is logged under the next seq; a batch of more than 1024 events is
+   * split. Throws `ERR_DECODE` (nothing applied) on bytes that are not the dialect.
+   */
+  applyEncoded(bytes: Uint8Array, dialect: Dialect): EncodedApplyResult {
+    const r = callNative(() => this.#native.applyEncoded(bytes, dialect));
+    return {
+      batches: r.batches.map((b) => ({
+        seq: b.seq,
+        errors: b.errors.map((e) => new KvPlaneError(e.code as KvPlaneErrorCode, e.message)),
+      })),
+      events: r.events,
+      unknownEvents: r.unknownEvents,
+    };
+  }
+
+  /**
+   * The `/kv_recover` answer for `start..=end` (spec §3.4) as JSON text bytes or msgpack, with
+   * exact u64 integers; built off the JS thread.
+   */
+  async recover(start?: bigint, end?: bigint, format: 'json' | 'msgpack' = 'json'): Promise<Buffer> {
+    if (format !== 'json' && format !== 'msgpack') invalidArg(`format is ${String(format)}: json or msgpack`);
+    return awaitNative(() => this.#native.recover(start, end, format === 'msgpack'));
   }
 
   /**

@@ -116,6 +116,9 @@ pub struct CreatedEvent {
 }
 
 /// One KV-cache event.
+// Stored events are most of any stream and carry heap data anyway; boxing them would add an
+// allocation per event to save space only in removal-heavy batches.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum KvEvent {
   Stored(StoredEvent),

@@ -3,8 +3,10 @@
 
 use crate::convert::{bigint_u64, v8_u64s};
 use crate::error::{guard, guard_js, to_js, Code};
+use crate::events::{batch_in, batch_out, event_out, BatchIn, BatchOut, EventOut};
 use crate::hash::{core_options, HashBlocksOptions};
-use kvplane_core::event::{Batch, EventKind, KvEvent, RemovedEvent, StoredEvent};
+use kvplane_core::codec::{recover, Dialect};
+use kvplane_core::event::KvEvent;
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
 use kvplane_core::index::{IndexConfig, KeyBy, MatchOptions, WorkerDump, WorkerKey};
 use kvplane_core::indexer::{LocalIndexer, LocalIndexerConfig, Recovery};
@@ -25,52 +27,6 @@ pub struct NativeIndexerOptions {
   pub retain_tokens: Option<bool>,
   pub buffer_steps: Option<f64>,
   pub epoch: Option<BigInt>,
-}
-
-#[napi(object, object_to_js = false)]
-pub struct EventIn {
-  #[napi(js_name = "type")]
-  pub kind: String,
-  pub block_hashes: Option<Either<BigUint64Array, Vec<BigInt>>>,
-  pub parent_block_hash: Option<Either<BigInt, Null>>,
-  pub token_ids: Option<Either<Uint32Array, Vec<f64>>>,
-  pub block_size: Option<f64>,
-  pub lora_id: Option<BigInt>,
-  pub lora_name: Option<String>,
-  pub medium: Option<String>,
-  pub group_idx: Option<u32>,
-  pub cache_salt: Option<String>,
-}
-
-#[napi(object, object_to_js = false)]
-pub struct BatchIn {
-  pub seq: Option<BigInt>,
-  pub ts: Option<f64>,
-  pub dp_rank: Option<Either<i32, Null>>,
-  pub events: Vec<EventIn>,
-}
-
-#[napi(object)]
-pub struct EventOut {
-  #[napi(js_name = "type")]
-  pub kind: String,
-  pub block_hashes: Option<BigUint64Array>,
-  pub parent_block_hash: Option<BigInt>,
-  pub token_ids: Option<Uint32Array>,
-  pub block_size: Option<u32>,
-  pub lora_id: Option<BigInt>,
-  pub lora_name: Option<String>,
-  pub medium: Option<String>,
-  pub group_idx: Option<u32>,
-  pub cache_salt: Option<String>,
-}
-
-#[napi(object)]
-pub struct BatchOut {
-  pub seq: BigInt,
-  pub ts: f64,
-  pub dp_rank: Option<i32>,
-  pub events: Vec<EventOut>,
 }
 
 #[napi(object)]
@@ -156,81 +112,6 @@ pub struct IndexerStatsOut {
   pub per_worker: Vec<WorkerStatsOut>,
 }
 
-fn hashes_in(v: &Option<Either<BigUint64Array, Vec<BigInt>>>) -> KvResult<Vec<u64>> {
-  match v {
-    None => Err(KvError::invalid_arg("blockHashes is required")),
-    Some(Either::A(a)) => Ok(a.to_vec()),
-    Some(Either::B(v)) => v.iter().map(|b| bigint_u64("blockHashes[i]", b)).collect(),
-  }
-}
-
-fn event_in(e: &EventIn) -> KvResult<KvEvent> {
-  Ok(match EventKind::parse(&e.kind)? {
-    EventKind::Cleared => KvEvent::Cleared,
-    EventKind::Removed => KvEvent::Removed(RemovedEvent {
-      block_hashes: hashes_in(&e.block_hashes)?,
-      medium: e.medium.clone(),
-      group_idx: e.group_idx,
-    }),
-    EventKind::Stored => KvEvent::Stored(StoredEvent {
-      block_hashes: hashes_in(&e.block_hashes)?,
-      parent_block_hash: match &e.parent_block_hash {
-        Some(Either::A(p)) => Some(bigint_u64("parentBlockHash", p)?),
-        _ => None,
-      },
-      token_ids: match &e.token_ids {
-        None => Vec::new(),
-        Some(Either::A(t)) => t.to_vec(),
-        Some(Either::B(v)) => tokens_from_f64(v)?,
-      },
-      block_size: match e.block_size {
-        None => 0,
-        Some(b) => hash::block_size_from_f64(b)? as u32,
-      },
-      lora_id: e.lora_id.as_ref().map(|v| v.get_i64().0),
-      lora_name: e.lora_name.clone(),
-      medium: e.medium.clone(),
-      group_idx: e.group_idx,
-      cache_salt: e.cache_salt.clone(),
-    }),
-  })
-}
-
-fn event_out(e: &KvEvent) -> EventOut {
-  let mut out = EventOut {
-    kind: e.kind().name().to_string(),
-    block_hashes: None,
-    parent_block_hash: None,
-    token_ids: None,
-    block_size: None,
-    lora_id: None,
-    lora_name: None,
-    medium: None,
-    group_idx: None,
-    cache_salt: None,
-  };
-  match e {
-    KvEvent::Cleared => {}
-    KvEvent::Removed(r) => {
-      out.block_hashes = Some(BigUint64Array::new(r.block_hashes.clone()));
-      out.medium = r.medium.clone();
-      out.group_idx = r.group_idx;
-    }
-    KvEvent::Stored(s) => {
-      out.block_hashes = Some(BigUint64Array::new(s.block_hashes.clone()));
-      out.parent_block_hash = s.parent_block_hash.map(BigInt::from);
-      out.token_ids = Some(Uint32Array::new(s.token_ids.clone()));
-      out.block_size = Some(s.block_size);
-      out.lora_id = s.lora_id.map(BigInt::from);
-      out.lora_name = s.lora_name.clone();
-      out.medium = s.medium.clone();
-      out.group_idx = s.group_idx;
-      out.cache_salt = s.cache_salt.clone();
-    }
-  }
-  out
-}
-
 fn dump_out(workers: Vec<WorkerDump>) -> Vec<WorkerDumpOut> {
   workers
     .into_iter()
@@ -261,17 +142,7 @@ fn recovery_out(r: Recovery) -> RecoveryOut {
       last_seq,
       epoch,
     } => {
-      out.batches = Some(
-        batches
-          .iter()
-          .map(|b| BatchOut {
-            seq: BigInt::from(b.seq),
-            ts: b.ts,
-            dp_rank: b.dp_rank,
-            events: b.events.iter().map(event_out).collect(),
-          })
-          .collect(),
-      );
+      out.batches = Some(batches.iter().map(|b| batch_out(b)).collect());
       ("Events", last_seq, epoch)
     }
     Recovery::TreeDump {
@@ -333,8 +204,92 @@ impl Task for DumpTask {
   }
 }
 
+/// A `/kv_recover` answer, encoded off the JS thread: the answer is taken under the lock (a dump
+/// is a consistent cut), then encoded without it.
+pub struct RecoverTask {
+  inner: Shared,
+  start: Option<u64>,
+  end: Option<u64>,
+  msgpack: bool,
+}
+
+impl Task for RecoverTask {
+  type Output = Vec<u8>;
+  type JsValue = Buffer;
+
+  fn compute(&mut self) -> napi::Result<Self::Output> {
+    guard(|| {
+      let answer = with(&self.inner, |ix| Ok(ix.get_events(self.start, self.end)))?;
+      Ok(if self.msgpack {
+        recover::to_msgpack(&answer)
+      } else {
+        recover::to_json(&answer).into_bytes()
+      })
+    })
+    .map_err(|e| napi::Error::new(Status::GenericFailure, e.to_string()))
+  }
+
+  fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
+    Ok(output.into())
+  }
+}
+
+#[napi(object)]
+pub struct EncodedApplyOut {
+  pub batches: Vec<ApplyReportOut>,
+  pub events: u32,
+  pub unknown_events: u32,
+}
+
+fn report_out(report: kvplane_core::indexer::ApplyReport) -> ApplyReportOut {
+  ApplyReportOut {
+    seq: BigInt::from(report.seq),
+    errors: report
+      .errors
+      .into_iter()
+      .map(|e| ApplyErrorOut {
+        code: e.code.as_str().to_string(),
+        message: e.message,
+      })
+      .collect(),
+  }
+}
+
 #[napi]
 impl NativeLocalIndexer {
+  /// Decodes and applies an encoded payload in one call (no JS object per event).
+  #[napi]
+  pub fn apply_encoded(&self, bytes: &[u8], dialect: String) -> Result<EncodedApplyOut, Code> {
+    guard_js(|| {
+      let dialect = Dialect::parse(&dialect)?;
+      let r = with(&self.inner, |ix| ix.apply_encoded(bytes, dialect))?;
+      Ok(EncodedApplyOut {
+        batches: r.batches.into_iter().map(report_out).collect(),
+        events: r.events,
+        unknown_events: r.unknown_events,
+      })
+    })
+  }
+
+  /// The `/kv_recover` answer for `start..=end`, as JSON (`msgpack` false) or msgpack bytes.
+  #[napi(ts_return_type = "Promise<Buffer>")]
+  pub fn recover(
+    &self,
+    start: Option<BigInt>,
+    end: Option<BigInt>,
+    msgpack: bool,
+  ) -> Result<AsyncTask<RecoverTask>, Code> {
+    guard_js(|| {
+      with(&self.inner, |_| Ok(()))?;
+      Ok(AsyncTask::new(RecoverTask {
+        inner: self.inner.clone(),
+        start: start.as_ref().map(|v| bigint_u64("start", v)).transpose()?,
+        end: end.as_ref().map(|v| bigint_u64("end", v)).transpose()?,
+        msgpack,
+      }))
+    })
+  }
+
   #[napi(constructor)]
   pub fn new(options: NativeIndexerOptions) -> Result<Self, Code> {
     let cfg = guard_js(|| {
@@ -390,39 +345,8 @@ impl NativeLocalIndexer {
   #[napi]
   pub fn apply_batch(&self, batch: BatchIn) -> Result<ApplyReportOut, Code> {
     guard_js(|| {
-      let events = batch
-        .events
-        .iter()
-        .map(event_in)
-        .collect::<KvResult<Vec<_>>>()?;
-      let seq = batch
-        .seq
-        .as_ref()
-        .map(|s| bigint_u64("seq", s))
-        .transpose()?
-        .unwrap_or(0);
-      let dp_rank = match batch.dp_rank {
-        Some(Either::A(r)) => Some(r),
-        _ => None,
-      };
-      let b = Batch {
-        seq,
-        ts: batch.ts.unwrap_or(0.0),
-        dp_rank,
-        events,
-      };
-      let report = with(&self.inner, |ix| ix.apply_batch(b))?;
-      Ok(ApplyReportOut {
-        seq: BigInt::from(report.seq),
-        errors: report
-          .errors
-          .into_iter()
-          .map(|e| ApplyErrorOut {
-            code: e.code.as_str().to_string(),
-            message: e.message,
-          })
-          .collect(),
-      })
+      let b = batch_in(&batch)?;
+      Ok(report_out(with(&self.inner, |ix| ix.apply_batch(b))?))
     })
   }
 

@@ -56,7 +56,7 @@ fn u32_of(v: &J, what: &str) -> KvResult<u32> {
 
 fn hex_bytes(s: &str) -> Option<Vec<u8>> {
   let s = s.strip_prefix("0x").unwrap_or(s);
-  if s.is_empty() || s.len() % 2 != 0 || s.len() > 128 {
+  if s.is_empty() || !s.len().is_multiple_of(2) || s.len() > 128 {
     return None;
   }
   (0..s.len())

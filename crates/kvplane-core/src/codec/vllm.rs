@@ -95,8 +95,10 @@ fn read_hash<'a>(r: &mut Reader<'a>) -> KvResult<WireHash<'a>> {
   }
 }
 
-/// Block hashes, plus their byte-string originals when they came as bytes.
-fn read_hashes(r: &mut Reader<'_>) -> KvResult<(Vec<u64>, Option<Vec<Vec<u8>>>)> {
+/// Block hash ids, plus their byte-string originals when they came as bytes.
+type Hashes = (Vec<u64>, Option<Vec<Vec<u8>>>);
+
+fn read_hashes(r: &mut Reader<'_>) -> KvResult<Hashes> {
   let n = r.read_array_len()?;
   let mut ids = Vec::with_capacity(n);
   let mut bytes: Option<Vec<Vec<u8>>> = None;
@@ -189,7 +191,7 @@ fn read_parent(r: &mut Reader<'_>, s: &mut StoredEvent) -> KvResult<()> {
   Ok(())
 }
 
-fn set_block_hashes(s: &mut StoredEvent, (ids, bytes): (Vec<u64>, Option<Vec<Vec<u8>>>)) {
+fn set_block_hashes(s: &mut StoredEvent, (ids, bytes): Hashes) {
   s.block_hashes = ids;
   if let Some(b) = bytes {
     s.hash_bytes.get_or_insert_with(Default::default).blocks = b;

@@ -1,0 +1,40 @@
+//! Codec exports: decode any dialect, encode a batch once, `/kv_recover` answers.
+
+use crate::error::{guard_js, Code};
+use crate::events::{batch_in, batch_out, BatchIn, BatchOut};
+use kvplane_core::codec::{self, Dialect, Format};
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+#[napi(object)]
+pub struct DecodedOut {
+  pub batches: Vec<BatchOut>,
+  /// The source's event ids per batch (TensorRT-LLM JSON, SMG proto); empty otherwise.
+  pub event_ids: Vec<BigUint64Array>,
+  /// Events of unknown kinds, skipped.
+  pub unknown_events: u32,
+}
+
+/// Decodes a payload; a stored event that cannot be indexed losslessly is
+/// `ERR_UNSUPPORTED_LAYOUT` (SPEC §3.1).
+#[napi]
+pub fn decode_batches(bytes: Buffer, dialect: String) -> Result<DecodedOut, Code> {
+  guard_js(|| {
+    let d = codec::decode(&bytes, Dialect::parse(&dialect)?)?;
+    codec::check_layout(&d.batches)?;
+    Ok(DecodedOut {
+      batches: d.batches.iter().map(batch_out).collect(),
+      event_ids: d.event_ids.into_iter().map(BigUint64Array::new).collect(),
+      unknown_events: d.unknown_events,
+    })
+  })
+}
+
+/// Encodes a batch in `format` (`vllm`, `vllm_legacy`, `sglang`, `smg_proto`).
+#[napi]
+pub fn encode_batch(batch: BatchIn, format: String) -> Result<Buffer, Code> {
+  guard_js(|| {
+    let format = Format::parse(&format)?;
+    Ok(codec::encode(&batch_in(&batch)?, format).into())
+  })
+}

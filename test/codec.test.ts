@@ -1,0 +1,300 @@
+import { execFileSync } from 'node:child_process';
+import { decode as msgpackDecode } from '@msgpack/msgpack';
+import { describe, expect, it } from 'vitest';
+import {
+  type Dialect,
+  decodeBatch,
+  decodeBatches,
+  type EncodeFormat,
+  encodeBatch,
+  type KvEventBatch,
+  type KvEventBatchOut,
+  type KvEventOut,
+  KvPlaneError,
+  LocalIndexer,
+} from '../src/index.js';
+import { readJson, repoPath } from './fixtures.js';
+
+interface CodecCase {
+  name: string;
+  dialect: Dialect;
+  payload: string;
+  error?: string;
+  reencode?: EncodeFormat;
+  expect?: { batches: unknown[]; unknown_events: number; event_ids?: string[][] };
+}
+
+const fixtures = readJson<{ cases: CodecCase[] }>('fixtures/codec.json');
+const hex = (b: Uint8Array) => Buffer.from(b).toString('hex');
+const unhex = (s: string) => Buffer.from(s, 'hex');
+
+/** Opaque values in the fixtures' JSON form (bytes as {"$bin": hex}). */
+function opaque(v: unknown): unknown {
+  if (v instanceof Uint8Array) return { $bin: hex(v) };
+  if (Array.isArray(v)) return v.map(opaque);
+  if (typeof v === 'bigint') return Number(v);
+  if (v !== null && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, opaque(x)]));
+  return v;
+}
+
+/** A decoded event in the fixtures' normalized JSON form (u64 values as decimal strings). */
+function normEvent(e: KvEventOut): Record<string, unknown> {
+  const out: Record<string, unknown> = { type: e.type };
+  const str = (v: bigint | number | undefined) => (v === undefined ? undefined : String(v));
+  const set = (k: string, v: unknown) => {
+    if (v !== undefined && v !== null) out[k] = v;
+  };
+  if (e.type === 'stored' || e.type === 'removed') set('block_hashes', Array.from(e.blockHashes ?? [], String));
+  if (e.type === 'stored') {
+    set('parent_block_hash', str(e.parentBlockHash));
+    set('token_ids', Array.from(e.tokenIds ?? []));
+    set('block_size', e.blockSize);
+    set('lora_id', str(e.loraId));
+    set('lora_name', e.loraName);
+    set('cache_salt', e.cacheSalt);
+    set('kv_cache_spec_kind', e.kvCacheSpecKind);
+    set('session_id', e.sessionId);
+    set('kv_cache_spec_sliding_window', str(e.kvCacheSpecSlidingWindow));
+    set('extra_keys', e.extraKeys === undefined ? undefined : opaque(e.extraKeys));
+    set('lookahead_token_ids', e.lookaheadTokenIds === undefined ? undefined : opaque(e.lookaheadTokenIds));
+    if (e.hashBytes) {
+      const hb: Record<string, unknown> = {};
+      if (e.hashBytes.blocks) hb.blocks = e.hashBytes.blocks.map(hex);
+      if (e.hashBytes.parent) hb.parent = hex(e.hashBytes.parent);
+      out.hash_bytes = hb;
+    }
+  }
+  if (e.type === 'removed' && e.hashBytes?.blocks) out.hash_bytes = e.hashBytes.blocks.map(hex);
+  set('medium', e.medium);
+  set('group_idx', e.groupIdx);
+  set('locality', e.locality);
+  set('ownership', e.ownership);
+  if (e.type === 'updated') {
+    set('block_hash', str(e.blockHash));
+    set('cache_level', e.cacheLevel);
+    set('priority', e.priority);
+  }
+  set('num_blocks_per_cache_level', e.numBlocksPerCacheLevel);
+  return out;
+}
+
+function normBatch(b: KvEventBatchOut, withSeq: boolean): Record<string, unknown> {
+  return {
+    ...(withSeq ? { seq: String(b.seq) } : {}),
+    ts: b.ts,
+    dp_rank: b.dpRank ?? null,
+    events: b.events.map(normEvent),
+  };
+}
+
+/** Key order does not matter in the comparison; sort for a stable deep-equal. */
+function sorted(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(sorted);
+  if (v !== null && typeof v === 'object')
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, sorted((v as Record<string, unknown>)[k])]),
+    );
+  return v;
+}
+
+describe('golden fixtures from msgspec, the protobuf runtime and TensorRT-LLM JSON', () => {
+  it('has every generation, dialect and failure kind', () => {
+    const names = fixtures.cases.map((c) => c.name.split('/')[0]);
+    for (const gen of [
+      'array6',
+      'array7',
+      'array8',
+      'array10',
+      'array12',
+      'sglang_salted',
+      'vllm_map_2026',
+      'vllm_map',
+      'sglang_map',
+      'batch4',
+      'trtllm_zmq',
+      'smg_proto',
+      'trtllm_json',
+      'layout',
+      'malformed',
+    ])
+      expect(names, gen).toContain(gen);
+  });
+
+  for (const c of fixtures.cases) {
+    it(`${c.name} ${c.error ? `fails with ${c.error}` : 'decodes to the reference values'}`, () => {
+      const payload = unhex(c.payload);
+      if (c.error) {
+        let err: unknown;
+        try {
+          decodeBatches(payload, c.dialect);
+        } catch (e) {
+          err = e;
+        }
+        expect(err).toBeInstanceOf(KvPlaneError);
+        expect((err as KvPlaneError).code).toBe(c.error);
+        return;
+      }
+      const d = decodeBatches(payload, c.dialect);
+      const got = d.batches.map((b) => normBatch(b, c.dialect === 'smg_proto'));
+      expect(sorted(got)).toEqual(sorted(c.expect?.batches));
+      expect(d.unknownEvents).toBe(c.expect?.unknown_events);
+      if (c.expect?.event_ids) expect(d.eventIds.map((ids) => Array.from(ids, String))).toEqual(c.expect.event_ids);
+      if (c.reencode) {
+        const [batch] = d.batches;
+        expect(hex(encodeBatch(batch as unknown as KvEventBatch, c.reencode))).toBe(c.payload);
+      }
+    });
+  }
+});
+
+describe('peers decode what kvplane encodes', () => {
+  it('msgspec (vLLM and SGLang structs) and the official protobuf runtime read our bytes as we do', () => {
+    const sources = fixtures.cases.filter(
+      (c) => !c.error && c.dialect !== 'trtllm_json' && !c.name.includes('1300') && !c.name.startsWith('batch4'),
+    );
+    const cases: { format: EncodeFormat; hex: string; want: unknown }[] = [];
+    for (const c of sources) {
+      const batch = decodeBatches(unhex(c.payload), c.dialect).batches[0] as KvEventBatchOut;
+      batch.seq = 77n;
+      for (const format of ['vllm', 'vllm_legacy', 'sglang', 'smg_proto'] as const) {
+        const bytes = encodeBatch(batch as unknown as KvEventBatch, format);
+        const ours = decodeBatch(bytes, format === 'smg_proto' ? 'smg_proto' : format === 'sglang' ? 'sglang' : 'vllm');
+        cases.push({ format, hex: hex(bytes), want: normBatch(ours, format === 'smg_proto') });
+      }
+    }
+    const out = execFileSync('python3', [repoPath('scripts/codec_peer.py')], {
+      input: JSON.stringify({ cases: cases.map(({ format, hex }) => ({ format, hex })) }),
+      maxBuffer: 256 << 20,
+    });
+    const peers = JSON.parse(out.toString()) as Record<string, unknown>[];
+    expect(peers).toHaveLength(cases.length);
+    cases.forEach((c, i) => {
+      const peer = { ...peers[i] };
+      expect(peer.error, `${c.format} #${i}`).toBeUndefined();
+      if (c.format === 'smg_proto') {
+        const ids = peer.event_ids as string[];
+        delete peer.event_ids;
+        for (const [k, id] of ids.entries()) expect(BigInt(id)).toBe((77n << 32n) | BigInt(k));
+      }
+      expect(sorted(peer), `${c.format} #${i}`).toEqual(sorted(c.want));
+    });
+    expect(cases.length).toBeGreaterThan(200);
+  }, 60_000);
+});
+
+describe('decoding and applying in one call', () => {
+  const vllmCase = fixtures.cases.find((c) => c.name === 'vllm_map/1300-events') as CodecCase;
+
+  it('applyEncoded indexes what applyBatch indexes from the same payload', () => {
+    const bytes = unhex(vllmCase.payload);
+    const decoded = decodeBatch(bytes, 'vllm');
+    using a = new LocalIndexer({ blockSize: 16, epoch: 1n });
+    using b = new LocalIndexer({ blockSize: 16, epoch: 1n });
+    const r = a.applyEncoded(bytes, 'vllm');
+    expect(r.events).toBe(1300);
+    expect(r.batches.map((x) => x.seq)).toEqual([1n, 2n]); // 1300 events: split at 1024
+    const events = decoded.events;
+    b.applyBatch({ dpRank: decoded.dpRank, events: events.slice(0, 1024) as KvEventBatch['events'] });
+    b.applyBatch({ dpRank: decoded.dpRank, events: events.slice(1024) as KvEventBatch['events'] });
+    const [sa, sb] = [a.stats(), b.stats()];
+    expect(sa.blocks).toBeGreaterThan(1000);
+    expect(sa.memberships).toBe(sb.memberships);
+    expect(sa.drops).toEqual(sb.drops);
+    const stored = events.find((e) => e.type === 'stored' && e.parentBlockHash === undefined) as KvEventOut;
+    const q = (stored.tokenIds as Uint32Array).slice(0, 16);
+    expect(a.findMatches(q)).toEqual(b.findMatches(q));
+    expect(Array.from(a.findMatches(q).blocks)).toEqual([1]);
+  });
+
+  it('refuses bytes that do not decode without applying anything, with typed errors', () => {
+    using ix = new LocalIndexer({ blockSize: 16 });
+    expect(() => ix.applyEncoded(Buffer.from([0x93, 0xc1]), 'vllm')).toThrow(
+      expect.objectContaining({ code: 'ERR_DECODE' }),
+    );
+    expect(() => ix.applyEncoded(Buffer.from([0x90]), 'nope' as Dialect)).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG' }),
+    );
+    expect(ix.stats().lastSeq).toBe(0n);
+  });
+
+  it('fails a rank closed on an unsupported layout and says why', () => {
+    using ix = new LocalIndexer({ blockSize: 16 });
+    const partial = encodeBatch(
+      {
+        dpRank: 3,
+        events: [{ type: 'stored', blockHashes: [1n], tokenIds: new Uint32Array(10), blockSize: 16 }],
+      },
+      'vllm',
+    );
+    expect(() => decodeBatch(partial, 'vllm')).toThrow(
+      expect.objectContaining({ code: 'ERR_UNSUPPORTED_LAYOUT', message: expect.stringContaining('dp_rank 3') }),
+    );
+    const r = ix.applyEncoded(partial, 'vllm');
+    expect(r.batches[0]?.errors[0]?.code).toBe('ERR_UNSUPPORTED_LAYOUT');
+    expect(ix.stats().perWorker.find((w) => w.dpRank === 3)?.needsRecovery).toBe(true);
+  });
+
+  it('rejects unknown dialects and formats', () => {
+    expect(() => decodeBatches(Buffer.alloc(1), 'x' as Dialect)).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG' }),
+    );
+    expect(() => encodeBatch({ events: [] }, 'x' as EncodeFormat)).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG' }),
+    );
+    expect(() => decodeBatches(42 as unknown as Uint8Array, 'vllm')).toThrow(KvPlaneError);
+  });
+});
+
+describe('/kv_recover answers', () => {
+  const big = (1n << 64n) - 5n;
+  function indexer() {
+    const ix = new LocalIndexer({ blockSize: 2, bufferSteps: 2, epoch: (1n << 63n) + 9n });
+    ix.applyBatch({
+      dpRank: 0,
+      events: [{ type: 'stored', blockHashes: [big, 7n], tokenIds: [1, 2, 3, 4], blockSize: 2 }],
+    });
+    for (let i = 0; i < 3; i++)
+      ix.applyBatch({
+        dpRank: 0,
+        events: [
+          { type: 'stored', blockHashes: [100n + BigInt(i)], parentBlockHash: 7n, tokenIds: [5, i], blockSize: 2 },
+        ],
+      });
+    return ix;
+  }
+
+  it('writes Events, TreeDump, TooNew and InvalidRange as JSON with exact u64 integers', async () => {
+    using ix = indexer();
+    const events = (await ix.recover(3n)).toString();
+    expect(events).toMatch(/^\{"Events":\{"batches":\[\{"seq":3,/);
+    expect(events).toContain('"last_seq":4,"epoch":9223372036854775817}}');
+    const dump = (await ix.recover(1n)).toString();
+    expect(dump).toContain(`"block_hashes":[${big},7]`);
+    expect(dump).toMatch(/^\{"TreeDump":\{"workers":\[\{"worker_id":0,"dp_rank":0,"events":\[/);
+    expect(JSON.parse(dump).TreeDump.workers[0].events).toHaveLength(4);
+    expect((await ix.recover(9n)).toString()).toBe('{"TooNew":{"last_seq":4,"epoch":9223372036854775817}}');
+    expect(JSON.parse((await ix.recover(4n, 3n)).toString()).InvalidRange.reason).toBe('end 3 < start 4');
+  });
+
+  it('writes the same answers as msgpack, events in vLLM encoding', async () => {
+    using ix = indexer();
+    const dump = msgpackDecode(await ix.recover(undefined, undefined, 'msgpack'), { useBigInt64: true }) as {
+      TreeDump: {
+        workers: { events: { type: string; block_hashes: (bigint | number)[] }[] }[];
+        epoch: bigint;
+        last_seq: bigint;
+      };
+    };
+    expect(dump.TreeDump.epoch).toBe((1n << 63n) + 9n);
+    // (@msgpack/msgpack gives bigints only for 64-bit markers; small values come as numbers.)
+    expect(BigInt(dump.TreeDump.last_seq)).toBe(4n);
+    expect(dump.TreeDump.workers[0]?.events[0]).toMatchObject({ type: 'BlockStored', block_hashes: [big, 7] });
+    const ev = msgpackDecode(await ix.recover(4n, 4n, 'msgpack'), { useBigInt64: true }) as {
+      Events: { batches: { seq: bigint }[] };
+    };
+    expect(ev.Events.batches.map((b) => BigInt(b.seq))).toEqual([4n]);
+    await expect(ix.recover(1n, 2n, 'xml' as 'json')).rejects.toMatchObject({ code: 'ERR_INVALID_ARG' });
+  });
+});
