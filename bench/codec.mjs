@@ -13,6 +13,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decode as msgpackDecode } from '@msgpack/msgpack';
 import { TsIndex } from './baseline/ts-index.mjs';
+import { nextHash, rand } from './prng.mjs';
 
 const CPU = process.env.BENCH_CPU ?? '0';
 if (!process.env.KVPLANE_BENCH_PINNED) {
@@ -36,20 +37,6 @@ const { LocalIndexer, encodeBatch, decodeBatches } = require('../dist/index.js')
 const root = new URL('..', import.meta.url).pathname;
 
 const BS = 16;
-let x = 0x9e3779b97f4a7c15n;
-let seed = 2463534242;
-const rand = () => {
-  seed ^= seed << 13;
-  seed >>>= 0;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  seed >>>= 0;
-  return seed;
-};
-const nextHash = () => {
-  x = (x * 6364136223846793005n + 1442695040888963407n) & 0xffffffffffffffffn;
-  return x;
-};
 const tokens = (blocks) => Uint32Array.from({ length: blocks * BS }, () => rand() % 150000);
 const stored = (blocks, parent = null) => ({
   type: 'stored',

@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { cpus } from 'node:os';
 import { TsIndex } from './baseline/ts-index.mjs';
+import { nextHash, rand } from './prng.mjs';
 
 if (!process.env.KVPLANE_BENCH_PINNED) {
   // One CPU for the whole run (these VMs' vCPUs differ in speed), and --expose-gc for memory.
@@ -36,20 +37,6 @@ const require = createRequire(import.meta.url);
 const { LocalIndexer } = require('../dist/index.js');
 
 const BS = 16;
-let x = 0x9e3779b97f4a7c15n;
-let seed = 2463534242;
-const rand = () => {
-  seed ^= seed << 13;
-  seed >>>= 0;
-  seed ^= seed >>> 17;
-  seed ^= seed << 5;
-  seed >>>= 0;
-  return seed;
-};
-const nextHash = () => {
-  x = (x * 6364136223846793005n + 1442695040888963407n) & 0xffffffffffffffffn;
-  return x;
-};
 const tokens = (blocks) => Uint32Array.from({ length: blocks * BS }, () => rand() % 150000);
 const stored = (toks, parent) => ({
   type: 'stored',

@@ -21,7 +21,11 @@ fn main() {
   }
   let events: usize = payloads
     .iter()
-    .map(|p| codec::decode(p, Dialect::Vllm).unwrap().batches[0].events.len())
+    .map(|p| {
+      codec::decode(p, Dialect::Vllm).unwrap().batches[0]
+        .events
+        .len()
+    })
     .sum();
   let (mut best_dec, mut best_enc) = (f64::MAX, f64::MAX);
   for _ in 0..rounds {
@@ -32,13 +36,14 @@ fn main() {
       .collect();
     best_dec = best_dec.min(t.elapsed().as_secs_f64());
     let t = Instant::now();
-    let encoded: Vec<Vec<u8>> = batches.iter().map(|b| codec::encode(b, Format::Vllm)).collect();
+    let encoded: Vec<Vec<u8>> = batches
+      .iter()
+      .map(|b| codec::encode(b, Format::Vllm))
+      .collect();
     best_enc = best_enc.min(t.elapsed().as_secs_f64());
     for (e, p) in encoded.iter().zip(&payloads) {
       assert_eq!(&e[..], *p, "re-encoding differs");
     }
   }
-  println!(
-    "{{\"events\":{events},\"decode_s\":{best_dec},\"encode_s\":{best_enc}}}"
-  );
+  println!("{{\"events\":{events},\"decode_s\":{best_dec},\"encode_s\":{best_enc}}}");
 }

@@ -20,7 +20,9 @@ fn main() {
     for i in 0..1024 {
       let hashes: Vec<u64> = (0..16)
         .map(|_| {
-          h = h.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+          h = h
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
           h
         })
         .collect();

@@ -44,3 +44,20 @@ pub(crate) fn v8_u64s(env: &Env, data: Vec<u64>) -> Result<Unknown<'_>, Code> {
     Ok(Unknown::from_raw_unchecked(env.raw(), array))
   }
 }
+
+/// Whether an N-API type check (`napi_is_array`, `napi_is_typedarray`, ...) holds for `val`.
+///
+/// # Safety
+/// `env` and `val` must be live handles of the current call.
+pub(crate) unsafe fn napi_is(
+  env: napi::sys::napi_env,
+  val: napi::sys::napi_value,
+  f: unsafe extern "C" fn(
+    napi::sys::napi_env,
+    napi::sys::napi_value,
+    *mut bool,
+  ) -> napi::sys::napi_status,
+) -> bool {
+  let mut out = false;
+  f(env, val, &mut out) == napi::sys::Status::napi_ok && out
+}

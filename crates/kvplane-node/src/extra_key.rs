@@ -1,6 +1,7 @@
 //! vLLM extra keys from JS: strings, integers (number or bigint), bytes, and arrays of those,
 //! nested to any depth. A hand-written conversion because N-API's derived types cannot recurse.
 
+use crate::convert::napi_is;
 use kvplane_core::hash::ExtraKey;
 use kvplane_core::KvError;
 use napi::bindgen_prelude::*;
@@ -28,15 +29,6 @@ fn bigint_i128(v: &BigInt) -> Result<i128> {
   }
 }
 
-unsafe fn is(
-  env: sys::napi_env,
-  val: sys::napi_value,
-  f: unsafe extern "C" fn(sys::napi_env, sys::napi_value, *mut bool) -> sys::napi_status,
-) -> bool {
-  let mut out = false;
-  f(env, val, &mut out) == sys::Status::napi_ok && out
-}
-
 impl TypeName for JsExtraKey {
   fn type_name() -> &'static str {
     "ExtraKey"
@@ -58,10 +50,10 @@ impl FromNapiValue for JsExtraKey {
         ExtraKey::from_f64(f64::from_napi_value(env, val)?).map_err(arg_error)?
       }
       ValueType::BigInt => ExtraKey::Int(bigint_i128(&BigInt::from_napi_value(env, val)?)?),
-      ValueType::Object if is(env, val, sys::napi_is_typedarray) => {
+      ValueType::Object if napi_is(env, val, sys::napi_is_typedarray) => {
         ExtraKey::Bytes(Uint8Array::from_napi_value(env, val)?.to_vec())
       }
-      ValueType::Object if is(env, val, sys::napi_is_array) => ExtraKey::Tuple(
+      ValueType::Object if napi_is(env, val, sys::napi_is_array) => ExtraKey::Tuple(
         Vec::<JsExtraKey>::from_napi_value(env, val)?
           .into_iter()
           .map(|k| k.0)

@@ -2,6 +2,7 @@
 //! null, booleans, numbers (integers beyond 2^53 as bigint), strings, bytes (`Uint8Array` in,
 //! `Buffer` out), arrays, and plain objects (maps with string keys).
 
+use crate::convert::napi_is;
 use kvplane_core::codec::value::Value;
 use napi::bindgen_prelude::*;
 use napi::sys;
@@ -21,15 +22,6 @@ impl TypeName for JsOpaque {
 }
 
 impl ValidateNapiValue for JsOpaque {}
-
-unsafe fn is(
-  env: sys::napi_env,
-  val: sys::napi_value,
-  f: unsafe extern "C" fn(sys::napi_env, sys::napi_value, *mut bool) -> sys::napi_status,
-) -> bool {
-  let mut out = false;
-  f(env, val, &mut out) == sys::Status::napi_ok && out
-}
 
 fn bad(what: &str) -> napi::Error {
   napi::Error::new(Status::InvalidArg, format!("opaque event values {what}"))
@@ -64,10 +56,10 @@ impl FromNapiValue for JsOpaque {
         }
       }
       ValueType::String => Value::Str(String::from_napi_value(env, val)?),
-      ValueType::Object if is(env, val, sys::napi_is_typedarray) => {
+      ValueType::Object if napi_is(env, val, sys::napi_is_typedarray) => {
         Value::Bin(Uint8Array::from_napi_value(env, val)?.to_vec())
       }
-      ValueType::Object if is(env, val, sys::napi_is_array) => Value::Array(
+      ValueType::Object if napi_is(env, val, sys::napi_is_array) => Value::Array(
         Vec::<JsOpaque>::from_napi_value(env, val)?
           .into_iter()
           .map(|v| v.0)

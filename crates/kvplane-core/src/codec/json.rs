@@ -36,28 +36,6 @@ pub fn write_opt_str(out: &mut String, s: Option<&str>) {
   }
 }
 
-pub fn write_u64s(out: &mut String, vs: &[u64]) {
-  out.push('[');
-  for (i, v) in vs.iter().enumerate() {
-    if i > 0 {
-      out.push(',');
-    }
-    let _ = write!(out, "{v}");
-  }
-  out.push(']');
-}
-
-pub fn write_u32s(out: &mut String, vs: &[u32]) {
-  out.push('[');
-  for (i, v) in vs.iter().enumerate() {
-    if i > 0 {
-      out.push(',');
-    }
-    let _ = write!(out, "{v}");
-  }
-  out.push(']');
-}
-
 #[cfg(test)]
 mod tests {
   use super::*;
