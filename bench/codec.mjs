@@ -13,24 +13,10 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decode as msgpackDecode } from '@msgpack/msgpack';
 import { TsIndex } from './baseline/ts-index.mjs';
+import { pinToOneCpu } from './pin.mjs';
 import { nextHash, rand } from './prng.mjs';
 
-const CPU = process.env.BENCH_CPU ?? '0';
-if (!process.env.KVPLANE_BENCH_PINNED) {
-  try {
-    execFileSync(
-      'taskset',
-      ['-c', CPU, process.execPath, '--expose-gc', '--max-old-space-size=16384', ...process.argv.slice(1)],
-      {
-        stdio: 'inherit',
-        env: { ...process.env, KVPLANE_BENCH_PINNED: '1' },
-      },
-    );
-    process.exit(0);
-  } catch (err) {
-    process.exit(err.status ?? 1);
-  }
-}
+const CPU = pinToOneCpu();
 
 const require = createRequire(import.meta.url);
 const { LocalIndexer, encodeBatch, decodeBatches } = require('../dist/index.js');

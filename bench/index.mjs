@@ -3,35 +3,13 @@
 // 8k-token request against 128 workers x 16k blocks, bytes per membership, tree-dump time.
 //
 //   npm run build && npm run bench:index
-import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { cpus } from 'node:os';
 import { TsIndex } from './baseline/ts-index.mjs';
+import { pinToOneCpu } from './pin.mjs';
 import { nextHash, rand } from './prng.mjs';
 
-if (!process.env.KVPLANE_BENCH_PINNED) {
-  // One CPU for the whole run (these VMs' vCPUs differ in speed), and --expose-gc for memory.
-  try {
-    execFileSync(
-      'taskset',
-      [
-        '-c',
-        process.env.BENCH_CPU ?? '0',
-        process.execPath,
-        '--expose-gc',
-        '--max-old-space-size=16384',
-        ...process.argv.slice(1),
-      ],
-      {
-        stdio: 'inherit',
-        env: { ...process.env, KVPLANE_BENCH_PINNED: '1' },
-      },
-    );
-    process.exit(0);
-  } catch (err) {
-    process.exit(err.status ?? 1);
-  }
-}
+pinToOneCpu();
 
 const require = createRequire(import.meta.url);
 const { LocalIndexer } = require('../dist/index.js');
