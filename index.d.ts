@@ -9,12 +9,31 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+export declare class NativeEventQueue {
+  constructor(maxQueueSize?: number | undefined | null)
+  /** Enqueues events (all are checked first); returns how many were accepted, the rest dropped. */
+  pushEvents(events: Array<EventIn>): number
+  /** Enqueues events given as columns; returns how many were accepted, the rest dropped. */
+  pushColumns(cols: EventColumnsIn): number
+  get length(): number
+  get capacity(): number
+  /** Events dropped because the queue was full. */
+  get dropped(): number
+}
+
 export declare class NativeLocalIndexer {
   /** Decodes and applies an encoded payload in one call (no JS object per event). */
   applyEncoded(bytes: Uint8Array, dialect: string): EncodedApplyOut
   /** The `/kv_recover` answer for `start..=end`, as JSON (`msgpack` false) or msgpack bytes. */
   recover(start: bigint | undefined | null, end: bigint | undefined | null, msgpack: boolean): Promise<Buffer>
   constructor(options: NativeIndexerOptions)
+  /**
+   * Publishes up to `maxEvents` queued events: batches of at most 1024, each applied, encoded
+   * once and logged; a seq is skipped where the queue lost events.
+   */
+  drain(queue: NativeEventQueue, maxEvents: number, ts: number, dpRank?: number | undefined | null): PublishedOut
+  /** Logged batches from `start` (the oldest retained if older), at most `max`. */
+  replay(start: bigint, max: number): ReplayOut
   applyBatch(batch: BatchIn): ApplyReportOut
   /**
    * Scores workers for a request: its tokens (`Uint32Array` or numbers), hashed as the index's keys, or
@@ -85,6 +104,24 @@ export interface EncodedApplyOut {
   batches: Array<ApplyReportOut>
   events: number
   unknownEvents: number
+}
+
+export interface EventColumnsIn {
+  /** Per event: 0 stored, 1 removed, 2 cleared. */
+  kinds: Uint8Array
+  /** Per event: its number of block hashes. */
+  hashCounts: Uint32Array
+  /** Every event's block hashes, concatenated. */
+  hashes: BigUint64Array
+  /** Per event: the stored event's parent hash (read where `hasParent` is 1). */
+  parents: BigUint64Array
+  hasParent: Uint8Array
+  /** Every stored event's tokens, concatenated. */
+  tokens: Uint32Array
+  blockSize: number
+  medium?: string
+  loraId?: number
+  loraName?: string
 }
 
 export interface EventIn {
@@ -189,6 +226,7 @@ export interface IndexerStatsOut {
   lastSeq: bigint
   oldestSeq?: bigint
   retainedBatches: number
+  logBytes: number
   drops: Array<DropCount>
   perWorker: Array<WorkerStatsOut>
 }
@@ -204,10 +242,26 @@ export interface NativeIndexerOptions {
   retainTokens?: boolean
   bufferSteps?: number
   epoch?: bigint
+  /**
+   * The ZMQ format batches are logged and published in: "vllm" (default), "vllm_legacy",
+   * "sglang".
+   */
+  logFormat?: string
 }
 
 /** Thrown by `panicProbe`: proves a panic surfaces as an error instead of aborting the process. */
 export declare function panicProbe(message: string): void
+
+export interface PublishedOut {
+  seqs: BigUint64Array
+  /** One encoded payload per seq. */
+  payloads: Array<Buffer>
+  /** Events that failed closed. */
+  errors: Array<ApplyErrorOut>
+  events: number
+  /** Seqs skipped for events the queue dropped. */
+  gaps: number
+}
 
 export interface RecoveryOut {
   /** "Events", "TreeDump", "TooNew" or "InvalidRange". */
@@ -217,6 +271,11 @@ export interface RecoveryOut {
   batches?: Array<BatchOut>
   workers?: Array<WorkerDumpOut>
   reason?: string
+}
+
+export interface ReplayOut {
+  seqs: BigUint64Array
+  payloads: Array<Buffer>
 }
 
 /** Two's-complement signed view of a u64 hash. */

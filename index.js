@@ -835,6 +835,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.NativeEventQueue = nativeBinding.NativeEventQueue
 module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
 module.exports.decodeBatches = nativeBinding.decodeBatches
 module.exports.encodeBatch = nativeBinding.encodeBatch

@@ -11,7 +11,8 @@ fn main() {
   let mut ix = LocalIndexer::new(LocalIndexerConfig {
     buffer_steps: 16,
     ..Default::default()
-  });
+  })
+  .expect("a valid config");
   let mut h = 1u64;
   let mut tok = 7u32;
   for rank in 0..64 {

@@ -2,12 +2,13 @@
 //! an engine node (SPEC §5, §6). Recovery answers follow SPEC §3.4.
 
 use crate::batch::split_oversized;
-use crate::codec::{self, Dialect};
+use crate::codec::{self, Dialect, Format};
 use crate::error::{KvError, KvResult};
-use crate::event::{Batch, MAX_BATCH_EVENTS};
+use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
 use crate::hash::{hash_blocks, Algo, HashOptions};
 use crate::index::{Index, IndexConfig, MatchOptions, Matches, WorkerDump, WorkerKey};
-use crate::log::{ReplayLog, DEFAULT_BUFFER_STEPS};
+use crate::log::{Logged, ReplayLog, DEFAULT_BUFFER_STEPS};
+use crate::queue::EventQueue;
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -22,6 +23,8 @@ pub struct LocalIndexerConfig {
   pub worker_id: u64,
   /// This publisher incarnation's epoch.
   pub epoch: u64,
+  /// The ZMQ format batches are logged (and published) in: `Vllm`, `VllmLegacy` or `Sglang`.
+  pub log_format: Format,
 }
 
 impl Default for LocalIndexerConfig {
@@ -32,6 +35,7 @@ impl Default for LocalIndexerConfig {
       buffer_steps: DEFAULT_BUFFER_STEPS,
       worker_id: 0,
       epoch: 0,
+      log_format: Format::Vllm,
     }
   }
 }
@@ -41,7 +45,7 @@ impl Default for LocalIndexerConfig {
 pub enum Recovery {
   /// The range is in the log: batches `start..=min(end, last_seq)`.
   Events {
-    batches: Vec<Arc<Batch>>,
+    batches: Vec<Batch>,
     last_seq: u64,
     epoch: u64,
   },
@@ -68,6 +72,8 @@ pub struct ApplyReport {
   pub seq: u64,
   /// Events that failed closed (unsupported layout); their worker was cleared.
   pub errors: Vec<KvError>,
+  /// The batch as logged and published (in the log format).
+  pub payload: Arc<[u8]>,
 }
 
 /// What applying an encoded payload did.
@@ -81,6 +87,17 @@ pub struct EncodedApplyReport {
   pub unknown_events: u32,
 }
 
+/// What one drain of a publish queue published.
+#[derive(Debug, Clone, Default)]
+pub struct Drained {
+  /// One report per published batch, in seq order.
+  pub batches: Vec<ApplyReport>,
+  /// Events published.
+  pub events: usize,
+  /// Seqs skipped for events the queue dropped.
+  pub gaps: usize,
+}
+
 pub struct LocalIndexer {
   cfg: LocalIndexerConfig,
   index: Index,
@@ -89,13 +106,19 @@ pub struct LocalIndexer {
 }
 
 impl LocalIndexer {
-  pub fn new(cfg: LocalIndexerConfig) -> LocalIndexer {
-    LocalIndexer {
+  /// `Err` if the log format is not a ZMQ msgpack format.
+  pub fn new(cfg: LocalIndexerConfig) -> KvResult<LocalIndexer> {
+    if cfg.log_format == Format::SmgProto {
+      return Err(KvError::invalid_arg(
+        "the replay log holds ZMQ payloads: format vllm, vllm_legacy or sglang",
+      ));
+    }
+    Ok(LocalIndexer {
       index: Index::new(cfg.index),
       log: ReplayLog::new(cfg.buffer_steps),
       cfg,
       last_seq: 0,
-    }
+    })
   }
 
   pub fn index(&self) -> &Index {
@@ -118,6 +141,15 @@ impl LocalIndexer {
 
   pub fn retained_batches(&self) -> usize {
     self.log.len()
+  }
+
+  /// Payload bytes held by the replay log.
+  pub fn log_bytes(&self) -> usize {
+    self.log.bytes()
+  }
+
+  pub fn log_format(&self) -> Format {
+    self.cfg.log_format
   }
 
   pub fn epoch(&self) -> u64 {
@@ -155,18 +187,90 @@ impl LocalIndexer {
       worker_id: self.cfg.worker_id,
       dp_rank,
     };
-    let mut report = ApplyReport {
-      seq: batch.seq,
-      errors: Vec::new(),
-    };
+    let mut errors = Vec::new();
     for ev in &batch.events {
       if let Err(e) = self.index.apply(worker, ev) {
-        report.errors.push(e);
+        errors.push(e);
       }
     }
+    let payload: Arc<[u8]> = codec::encode(&batch, self.cfg.log_format).into();
     self.last_seq = batch.seq;
-    self.log.push(Arc::new(batch));
-    Ok(report)
+    self.log.push(Logged {
+      seq: batch.seq,
+      payload: payload.clone(),
+    });
+    Ok(ApplyReport {
+      seq: batch.seq,
+      errors,
+      payload,
+    })
+  }
+
+  /// Publishes events: packs them in order into batches of at most 1024, each applied, encoded
+  /// once in the log format and logged under the next seq.
+  pub fn publish(
+    &mut self,
+    events: Vec<KvEvent>,
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> KvResult<Vec<ApplyReport>> {
+    let batch = Batch {
+      seq: 0,
+      ts,
+      dp_rank,
+      events,
+    };
+    split_oversized(batch)
+      .into_iter()
+      .map(|b| self.apply_batch(b))
+      .collect()
+  }
+
+  /// Publishes up to `max_events` queued events (as batches of at most 1024), skipping a seq at
+  /// each place where the queue lost events.
+  pub fn drain(
+    &mut self,
+    queue: &mut EventQueue,
+    max_events: usize,
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> KvResult<Drained> {
+    let mut out = Drained::default();
+    while out.events < max_events && !queue.is_empty() {
+      let taken = queue.take(max_events - out.events);
+      out.events += taken.events.len();
+      out.batches.extend(self.publish(taken.events, ts, dp_rank)?);
+      if taken.gap_after {
+        self.skip_seq();
+        out.gaps += 1;
+      }
+    }
+    Ok(out)
+  }
+
+  /// Skips one seq: events were lost before they were numbered (a full publish queue), so
+  /// consumers must see a gap. The log cannot bridge it and is emptied: a consumer from before
+  /// the gap recovers with a tree dump.
+  pub fn skip_seq(&mut self) {
+    self.last_seq += 1;
+    self.log.clear();
+  }
+
+  /// Logged batches with seq >= `start` (from the oldest retained if `start` is older, as vLLM's
+  /// replay does), at most `max` of them.
+  pub fn replay(&self, start: u64, max: usize) -> Vec<Logged> {
+    let Some(oldest) = self.log.oldest_seq() else {
+      return Vec::new();
+    };
+    let from = start.max(oldest);
+    let to = from
+      .saturating_add(max as u64)
+      .saturating_sub(1)
+      .min(self.last_seq);
+    if max == 0 || from > to {
+      return Vec::new();
+    }
+    self.log.range(from, to)
   }
 
   /// Decodes a payload of `dialect` and applies its batches (one, except for a TensorRT-LLM
@@ -206,8 +310,25 @@ impl LocalIndexer {
     match self.log.oldest_seq() {
       Some(oldest) if start >= oldest => {
         let end = end.unwrap_or(last_seq).min(last_seq);
+        let dialect = match self.cfg.log_format {
+          Format::Sglang => Dialect::Sglang,
+          _ => Dialect::Vllm,
+        };
+        let batches = self
+          .log
+          .range(start, end)
+          .into_iter()
+          .map(|l| {
+            let mut b = codec::decode(&l.payload, dialect)
+              .expect("the log holds batches this indexer encoded")
+              .batches
+              .remove(0);
+            b.seq = l.seq;
+            b
+          })
+          .collect();
         Recovery::Events {
-          batches: self.log.range(start, end),
+          batches,
           last_seq,
           epoch,
         }
@@ -256,6 +377,7 @@ mod tests {
       epoch: 42,
       ..Default::default()
     })
+    .unwrap()
   }
 
   #[test]
@@ -357,5 +479,90 @@ mod tests {
       "the worker's state is cleared"
     );
     assert!(ix.index().needs_recovery(w));
+  }
+
+  #[test]
+  fn publishes_bounded_batches_encoded_once_and_replays_them() {
+    let mut ix = indexer(100);
+    let events: Vec<KvEvent> = (0..2050u64).map(|h| stored(&[h + 1], None)).collect();
+    let reports = ix.publish(events, 2.5, Some(1)).unwrap();
+    assert_eq!(
+      reports.iter().map(|r| r.seq).collect::<Vec<_>>(),
+      vec![1, 2, 3]
+    );
+    let decoded = codec::decode(&reports[2].payload, Dialect::Vllm).unwrap();
+    assert_eq!(decoded.batches[0].events.len(), 2);
+    assert_eq!(decoded.batches[0].dp_rank, Some(1));
+    let replayed = ix.replay(2, 10);
+    assert_eq!(
+      replayed.iter().map(|l| l.seq).collect::<Vec<_>>(),
+      vec![2, 3]
+    );
+    assert_eq!(replayed[1].payload, reports[2].payload);
+    assert_eq!(ix.replay(1, 1).len(), 1);
+    assert!(ix.replay(4, 10).is_empty());
+    match ix.get_events(Some(3), None) {
+      Recovery::Events { batches, .. } => {
+        assert_eq!((batches[0].seq, batches[0].ts), (3, 2.5));
+        assert_eq!(batches[0].events, decoded.batches[0].events);
+      }
+      other => panic!("{other:?}"),
+    }
+  }
+
+  #[test]
+  fn a_skipped_seq_is_a_gap_the_log_does_not_bridge() {
+    let mut ix = indexer(100);
+    ix.publish(vec![stored(&[1], None)], 1.0, None).unwrap();
+    ix.skip_seq();
+    let r = ix.publish(vec![stored(&[2], Some(1))], 1.0, None).unwrap();
+    assert_eq!(r[0].seq, 3);
+    assert_eq!(ix.oldest_seq(), Some(3));
+    assert!(matches!(
+      ix.get_events(Some(1), None),
+      Recovery::TreeDump { last_seq: 3, .. }
+    ));
+    // vLLM's rule: a replay from before the log starts at its oldest batch.
+    assert_eq!(ix.replay(1, 10)[0].seq, 3);
+  }
+
+  #[test]
+  fn logs_in_the_configured_zmq_format_only() {
+    let cfg = |log_format| LocalIndexerConfig {
+      log_format,
+      ..Default::default()
+    };
+    assert!(LocalIndexer::new(cfg(Format::SmgProto)).is_err());
+    let mut ix = LocalIndexer::new(cfg(Format::Sglang)).unwrap();
+    let r = ix
+      .publish(vec![stored(&[u64::MAX], None)], 1.0, None)
+      .unwrap();
+    let b = codec::vllm::decode_batch(&r[0].payload).unwrap().batch;
+    assert_eq!(b.events, vec![stored(&[u64::MAX], None)]);
+    assert!(matches!(
+      ix.get_events(Some(1), None),
+      Recovery::Events { .. }
+    ));
+  }
+
+  #[test]
+  fn drains_a_queue_with_a_seq_gap_where_events_were_lost() {
+    let mut ix = indexer(100);
+    let mut q = EventQueue::new(2);
+    q.push_all([
+      stored(&[1], None),
+      stored(&[2], Some(1)),
+      stored(&[3], Some(2)),
+    ]);
+    let d = ix.drain(&mut q, 100, 1.0, Some(0)).unwrap();
+    assert_eq!((d.events, d.gaps), (2, 1));
+    assert_eq!(d.batches.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![1]);
+    q.push_all([stored(&[4], Some(2))]);
+    let d = ix.drain(&mut q, 100, 1.0, Some(0)).unwrap();
+    assert_eq!(d.batches[0].seq, 3, "seq 2 stands for the lost event");
+    let mut q = EventQueue::new(5000);
+    q.push_all((10..3010u64).map(|h| stored(&[h], None)));
+    let d = ix.drain(&mut q, 2048, 1.0, None).unwrap();
+    assert_eq!((d.events, d.batches.len(), q.len()), (2048, 2, 952));
   }
 }

@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod codec;
+pub mod columns;
 pub mod diagnostics;
 pub mod error;
 pub mod event;
@@ -11,5 +12,6 @@ pub mod index;
 pub mod indexer;
 pub mod int64;
 pub mod log;
+pub mod queue;
 
 pub use error::{ErrorCode, KvError, KvResult};

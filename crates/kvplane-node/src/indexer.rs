@@ -5,7 +5,8 @@ use crate::convert::{bigint_u64, v8_u64s};
 use crate::error::{guard, guard_js, to_js, Code};
 use crate::events::{batch_in, batch_out, event_out, BatchIn, BatchOut, EventOut};
 use crate::hash::{core_options, HashBlocksOptions};
-use kvplane_core::codec::{recover, Dialect};
+use crate::queue::NativeEventQueue;
+use kvplane_core::codec::{recover, Dialect, Format};
 use kvplane_core::event::KvEvent;
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
 use kvplane_core::index::{IndexConfig, KeyBy, MatchOptions, WorkerDump, WorkerKey};
@@ -27,6 +28,9 @@ pub struct NativeIndexerOptions {
   pub retain_tokens: Option<bool>,
   pub buffer_steps: Option<f64>,
   pub epoch: Option<BigInt>,
+  /// The ZMQ format batches are logged and published in: "vllm" (default), "vllm_legacy",
+  /// "sglang".
+  pub log_format: Option<String>,
 }
 
 #[napi(object)]
@@ -108,6 +112,7 @@ pub struct IndexerStatsOut {
   pub last_seq: BigInt,
   pub oldest_seq: Option<BigInt>,
   pub retained_batches: f64,
+  pub log_bytes: f64,
   pub drops: Vec<DropCount>,
   pub per_worker: Vec<WorkerStatsOut>,
 }
@@ -142,7 +147,7 @@ fn recovery_out(r: Recovery) -> RecoveryOut {
       last_seq,
       epoch,
     } => {
-      out.batches = Some(batches.iter().map(|b| batch_out(b)).collect());
+      out.batches = Some(batches.iter().map(batch_out).collect());
       ("Events", last_seq, epoch)
     }
     Recovery::TreeDump {
@@ -232,6 +237,24 @@ impl Task for RecoverTask {
   fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
     Ok(output.into())
   }
+}
+
+#[napi(object)]
+pub struct PublishedOut {
+  pub seqs: BigUint64Array,
+  /// One encoded payload per seq.
+  pub payloads: Vec<Buffer>,
+  /// Events that failed closed.
+  pub errors: Vec<ApplyErrorOut>,
+  pub events: u32,
+  /// Seqs skipped for events the queue dropped.
+  pub gaps: u32,
+}
+
+#[napi(object)]
+pub struct ReplayOut {
+  pub seqs: BigUint64Array,
+  pub payloads: Vec<Buffer>,
 }
 
 #[napi(object)]
@@ -335,10 +358,65 @@ impl NativeLocalIndexer {
           .map(|v| bigint_u64("epoch", v))
           .transpose()?
           .unwrap_or(0),
+        log_format: options
+          .log_format
+          .as_deref()
+          .map(Format::parse)
+          .transpose()?
+          .unwrap_or(Format::Vllm),
       })
     })?;
+    let ix = guard_js(|| LocalIndexer::new(cfg))?;
     Ok(NativeLocalIndexer {
-      inner: Arc::new(Mutex::new(Some(LocalIndexer::new(cfg)))),
+      inner: Arc::new(Mutex::new(Some(ix))),
+    })
+  }
+
+  /// Publishes up to `maxEvents` queued events: batches of at most 1024, each applied, encoded
+  /// once and logged; a seq is skipped where the queue lost events.
+  #[napi]
+  pub fn drain(
+    &self,
+    queue: &NativeEventQueue,
+    max_events: u32,
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> Result<PublishedOut, Code> {
+    guard_js(|| {
+      let mut q = queue.lock();
+      let d = with(&self.inner, |ix| {
+        ix.drain(&mut q, max_events as usize, ts, dp_rank)
+      })?;
+      let mut out = PublishedOut {
+        seqs: BigUint64Array::new(d.batches.iter().map(|b| b.seq).collect()),
+        payloads: Vec::with_capacity(d.batches.len()),
+        errors: Vec::new(),
+        events: d.events as u32,
+        gaps: d.gaps as u32,
+      };
+      for b in d.batches {
+        out.payloads.push(b.payload.to_vec().into());
+        out
+          .errors
+          .extend(b.errors.into_iter().map(|e| ApplyErrorOut {
+            code: e.code.as_str().to_string(),
+            message: e.message,
+          }));
+      }
+      Ok(out)
+    })
+  }
+
+  /// Logged batches from `start` (the oldest retained if older), at most `max`.
+  #[napi]
+  pub fn replay(&self, start: BigInt, max: u32) -> Result<ReplayOut, Code> {
+    guard_js(|| {
+      let start = bigint_u64("start", &start)?;
+      let logged = with(&self.inner, |ix| Ok(ix.replay(start, max as usize)))?;
+      Ok(ReplayOut {
+        seqs: BigUint64Array::new(logged.iter().map(|l| l.seq).collect()),
+        payloads: logged.iter().map(|l| l.payload.to_vec().into()).collect(),
+      })
     })
   }
 
@@ -433,6 +511,7 @@ impl NativeLocalIndexer {
           last_seq: BigInt::from(ix.last_seq()),
           oldest_seq: ix.oldest_seq().map(BigInt::from),
           retained_batches: ix.retained_batches() as f64,
+          log_bytes: ix.log_bytes() as f64,
           drops: s
             .drops
             .iter()

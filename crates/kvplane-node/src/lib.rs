@@ -8,6 +8,7 @@ mod events;
 mod extra_key;
 mod hash;
 mod indexer;
+mod queue;
 mod value;
 
 pub use codec::*;
@@ -15,3 +16,4 @@ pub use error::panic_probe;
 pub use events::*;
 pub use hash::*;
 pub use indexer::*;
+pub use queue::*;

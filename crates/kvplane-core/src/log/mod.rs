@@ -1,9 +1,17 @@
-//! The replay log: the last `buffer_steps` batches, addressed by their dense seq in O(1).
+//! The replay log: the last `buffer_steps` batches, addressed by their dense seq in O(1). Each
+//! batch is kept as the bytes it was published as (encoded once, SPEC §6), which is what replay
+//! sends and about a quarter of the memory of the decoded events.
 
 use crate::error::{KvError, KvResult};
-use crate::event::Batch;
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// A batch as published: its seq and its encoded payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Logged {
+  pub seq: u64,
+  pub payload: Arc<[u8]>,
+}
 
 /// vLLM's `buffer_steps` default.
 pub const DEFAULT_BUFFER_STEPS: usize = 10_000;
@@ -23,7 +31,8 @@ pub fn buffer_steps_from_f64(v: f64) -> KvResult<usize> {
 
 pub struct ReplayLog {
   capacity: usize,
-  batches: VecDeque<Arc<Batch>>,
+  batches: VecDeque<Logged>,
+  bytes: usize,
 }
 
 impl ReplayLog {
@@ -31,16 +40,31 @@ impl ReplayLog {
     ReplayLog {
       capacity: capacity.max(1),
       batches: VecDeque::new(),
+      bytes: 0,
     }
   }
 
   /// Appends a batch whose seq is one past the newest (the caller guarantees density).
-  pub fn push(&mut self, batch: Arc<Batch>) {
+  pub fn push(&mut self, batch: Logged) {
     debug_assert!(self.newest_seq().is_none_or(|s| batch.seq == s + 1));
     if self.batches.len() == self.capacity {
-      self.batches.pop_front();
+      if let Some(old) = self.batches.pop_front() {
+        self.bytes -= old.payload.len();
+      }
     }
+    self.bytes += batch.payload.len();
     self.batches.push_back(batch);
+  }
+
+  /// Forgets every batch (after a seq gap the log cannot bridge).
+  pub fn clear(&mut self) {
+    self.batches.clear();
+    self.bytes = 0;
+  }
+
+  /// Payload bytes held.
+  pub fn bytes(&self) -> usize {
+    self.bytes
   }
 
   pub fn oldest_seq(&self) -> Option<u64> {
@@ -60,7 +84,7 @@ impl ReplayLog {
   }
 
   /// Batches with `start <= seq <= end` that are still retained.
-  pub fn range(&self, start: u64, end: u64) -> Vec<Arc<Batch>> {
+  pub fn range(&self, start: u64, end: u64) -> Vec<Logged> {
     let Some(oldest) = self.oldest_seq() else {
       return Vec::new();
     };
@@ -77,13 +101,11 @@ impl ReplayLog {
 mod tests {
   use super::*;
 
-  fn batch(seq: u64) -> Arc<Batch> {
-    Arc::new(Batch {
+  fn batch(seq: u64) -> Logged {
+    Logged {
       seq,
-      ts: 0.0,
-      dp_rank: None,
-      events: Vec::new(),
-    })
+      payload: Arc::from(vec![seq as u8; 3]),
+    }
   }
 
   #[test]
@@ -96,7 +118,8 @@ mod tests {
       (log.oldest_seq(), log.newest_seq(), log.len()),
       (Some(3), Some(5), 3)
     );
-    let seqs = |v: Vec<Arc<Batch>>| v.iter().map(|b| b.seq).collect::<Vec<_>>();
+    assert_eq!(log.bytes(), 9);
+    let seqs = |v: Vec<Logged>| v.iter().map(|b| b.seq).collect::<Vec<_>>();
     assert_eq!(seqs(log.range(4, 10)), vec![4, 5]);
     assert_eq!(seqs(log.range(1, 3)), vec![3]);
     assert_eq!(seqs(log.range(5, 5)), vec![5]);

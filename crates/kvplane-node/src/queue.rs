@@ -1,0 +1,102 @@
+//! `NativeEventQueue`: the core's publish queue, filled from event objects or from columns (the
+//! bulk path: a few typed arrays for many events).
+
+use crate::error::{guard_js, Code};
+use crate::events::{event_in, EventIn};
+use kvplane_core::columns::{events_from_columns, Columns};
+use kvplane_core::queue::{queue_size_from_f64, EventQueue, DEFAULT_MAX_QUEUE_SIZE};
+use kvplane_core::KvResult;
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[napi(object, object_to_js = false)]
+pub struct EventColumnsIn {
+  /// Per event: 0 stored, 1 removed, 2 cleared.
+  pub kinds: Uint8Array,
+  /// Per event: its number of block hashes.
+  pub hash_counts: Uint32Array,
+  /// Every event's block hashes, concatenated.
+  pub hashes: BigUint64Array,
+  /// Per event: the stored event's parent hash (read where `hasParent` is 1).
+  pub parents: BigUint64Array,
+  pub has_parent: Uint8Array,
+  /// Every stored event's tokens, concatenated.
+  pub tokens: Uint32Array,
+  pub block_size: u32,
+  pub medium: Option<String>,
+  pub lora_id: Option<i64>,
+  pub lora_name: Option<String>,
+}
+
+#[napi]
+pub struct NativeEventQueue {
+  pub(crate) inner: Arc<Mutex<EventQueue>>,
+}
+
+impl NativeEventQueue {
+  pub(crate) fn lock(&self) -> MutexGuard<'_, EventQueue> {
+    self.inner.lock().unwrap_or_else(|p| p.into_inner())
+  }
+}
+
+#[napi]
+impl NativeEventQueue {
+  #[napi(constructor)]
+  pub fn new(max_queue_size: Option<f64>) -> Result<Self, Code> {
+    let capacity = guard_js(|| {
+      max_queue_size
+        .map(queue_size_from_f64)
+        .transpose()
+        .map(|c| c.unwrap_or(DEFAULT_MAX_QUEUE_SIZE))
+    })?;
+    Ok(NativeEventQueue {
+      inner: Arc::new(Mutex::new(EventQueue::new(capacity))),
+    })
+  }
+
+  /// Enqueues events (all are checked first); returns how many were accepted, the rest dropped.
+  #[napi]
+  pub fn push_events(&self, events: Vec<EventIn>) -> Result<u32, Code> {
+    guard_js(|| {
+      let evs = events.iter().map(event_in).collect::<KvResult<Vec<_>>>()?;
+      Ok(self.lock().push_all(evs) as u32)
+    })
+  }
+
+  /// Enqueues events given as columns; returns how many were accepted, the rest dropped.
+  #[napi]
+  pub fn push_columns(&self, cols: EventColumnsIn) -> Result<u32, Code> {
+    guard_js(|| {
+      let evs = events_from_columns(&Columns {
+        kinds: &cols.kinds,
+        hash_counts: &cols.hash_counts,
+        hashes: &cols.hashes,
+        parents: &cols.parents,
+        has_parent: &cols.has_parent,
+        tokens: &cols.tokens,
+        block_size: cols.block_size,
+        medium: cols.medium.as_deref(),
+        lora_id: cols.lora_id,
+        lora_name: cols.lora_name.as_deref(),
+      })?;
+      Ok(self.lock().push_all(evs) as u32)
+    })
+  }
+
+  #[napi(getter)]
+  pub fn length(&self) -> u32 {
+    self.lock().len() as u32
+  }
+
+  #[napi(getter)]
+  pub fn capacity(&self) -> u32 {
+    self.lock().capacity() as u32
+  }
+
+  /// Events dropped because the queue was full.
+  #[napi(getter)]
+  pub fn dropped(&self) -> f64 {
+    self.lock().dropped() as f64
+  }
+}
