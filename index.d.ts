@@ -25,7 +25,12 @@ export declare class NativeLocalIndexer {
   /** Decodes and applies an encoded payload in one call (no JS object per event). */
   applyEncoded(bytes: Uint8Array, dialect: string): EncodedApplyOut
   /** The `/kv_recover` answer for `start..=end`, as JSON (`msgpack` false) or msgpack bytes. */
-  recover(start: bigint | undefined | null, end: bigint | undefined | null, msgpack: boolean): Promise<Buffer>
+  recover(start: bigint | undefined | null, end: bigint | undefined | null, msgpack: boolean): Promise<RecoverAnswer>
+  /**
+   * The `/kv_recover` answer for the raw `start` / `end` query parameters (malformed ones are
+   * `InvalidRange`).
+   */
+  recoverQuery(start: string | undefined | null, end: string | undefined | null, msgpack: boolean): Promise<RecoverAnswer>
   constructor(options: NativeIndexerOptions)
   /**
    * Publishes up to `maxEvents` queued events: batches of at most 1024, each applied, encoded
@@ -43,6 +48,8 @@ export declare class NativeLocalIndexer {
   getEvents(start?: bigint | undefined | null, end?: bigint | undefined | null): RecoveryOut
   dumpTree(): Promise<RecoveryOut>
   stats(): IndexerStatsOut
+  /** The newest seq (0 before the first batch). */
+  get lastSeq(): bigint
   /** Frees the index; every later call throws ERR_CLOSED. */
   close(): void
   get closed(): boolean
@@ -261,6 +268,12 @@ export interface PublishedOut {
   events: number
   /** Seqs skipped for events the queue dropped. */
   gaps: number
+}
+
+export interface RecoverAnswer {
+  /** "Events", "TreeDump", "TooNew" or "InvalidRange". */
+  kind: string
+  body: Buffer
 }
 
 export interface RecoveryOut {

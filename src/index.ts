@@ -41,8 +41,23 @@ export {
   type IndexerStats,
   LocalIndexer,
   type LocalIndexerOptions,
+  type LoggedBatches,
   type Matches,
+  type RecoverAnswer,
   type Recovery,
   type Worker,
   type WorkerEvents,
+  type ZmqFormat,
 } from './indexer.js';
+export {
+  endpointForRank,
+  type KvEventsConfig,
+  kvEventsConfigFromJson,
+  shouldBind,
+} from './publisher/config.js';
+export {
+  type EventColumns,
+  KvEventPublisher,
+  type KvEventPublisherOptions,
+  type PublisherStats,
+} from './publisher/publisher.js';

@@ -23,6 +23,23 @@ export interface LocalIndexerOptions {
   bufferSteps?: number;
   /** This incarnation's epoch. Default: random. */
   epoch?: bigint;
+  /** The ZMQ format batches are logged (and replayed) in. Default `'vllm'`. */
+  logFormat?: ZmqFormat;
+}
+
+/** The ZMQ payload formats kvplane publishes. */
+export type ZmqFormat = 'vllm' | 'vllm_legacy' | 'sglang';
+
+/** Logged batches as published: parallel seqs and encoded payloads. */
+export interface LoggedBatches {
+  seqs: BigUint64Array;
+  payloads: Buffer[];
+}
+
+/** A `/kv_recover` answer, encoded. */
+export interface RecoverAnswer {
+  kind: Recovery['kind'];
+  body: Buffer;
 }
 
 export interface Worker {
@@ -86,6 +103,8 @@ export interface IndexerStats {
   lastSeq: bigint;
   oldestSeq?: bigint;
   retainedBatches: number;
+  /** Payload bytes held by the replay log. */
+  logBytes: number;
   drops: Record<'unknown_parent' | 'unknown_removed' | 'duplicate_store' | 'unsupported_layout', number>;
   perWorker: Array<{
     workerId: bigint;
@@ -109,11 +128,13 @@ function randomEpoch(): bigint {
 export class LocalIndexer {
   readonly #native: native.NativeLocalIndexer;
   readonly #blockSize: number;
+  readonly #epoch: bigint;
 
   constructor(options: LocalIndexerOptions) {
     if (typeof options !== 'object' || options === null) invalidArg('options must be an object');
-    const { blockSize, workerId, keyBy = 'content', engineHash, retainTokens, bufferSteps, epoch } = options;
+    const { blockSize, workerId, keyBy = 'content', engineHash, retainTokens, bufferSteps, epoch, logFormat } = options;
     this.#blockSize = blockSize;
+    this.#epoch = epoch ?? randomEpoch();
     this.#native = callNative(
       () =>
         new native.NativeLocalIndexer({
@@ -123,13 +144,24 @@ export class LocalIndexer {
           keyBy,
           retainTokens,
           bufferSteps,
-          epoch: epoch ?? randomEpoch(),
+          epoch: this.#epoch,
+          logFormat,
         }),
     );
   }
 
   get blockSize(): number {
     return this.#blockSize;
+  }
+
+  /** The newest seq (0 before the first batch). */
+  get lastSeq(): bigint {
+    return callNative(() => this.#native.lastSeq);
+  }
+
+  /** This incarnation's epoch (spec §6). */
+  get epoch(): bigint {
+    return this.#epoch;
   }
 
   /** Applies a batch of events for `(workerId, batch.dpRank ?? 0)` and logs it. */
@@ -161,7 +193,35 @@ export class LocalIndexer {
    */
   async recover(start?: bigint, end?: bigint, format: 'json' | 'msgpack' = 'json'): Promise<Buffer> {
     if (format !== 'json' && format !== 'msgpack') invalidArg(`format is ${String(format)}: json or msgpack`);
-    return awaitNative(() => this.#native.recover(start, end, format === 'msgpack'));
+    return (await awaitNative(() => this.#native.recover(start, end, format === 'msgpack'))).body;
+  }
+
+  /**
+   * `recover` for the raw `start` / `end` parameters of a `/kv_recover` query (decimal strings,
+   * either absent): malformed ones answer `InvalidRange`.
+   */
+  async recoverQuery(start?: string, end?: string, format: 'json' | 'msgpack' = 'json'): Promise<RecoverAnswer> {
+    if (format !== 'json' && format !== 'msgpack') invalidArg(`format is ${String(format)}: json or msgpack`);
+    const r = await awaitNative(() => this.#native.recoverQuery(start, end, format === 'msgpack'));
+    return { kind: r.kind as Recovery['kind'], body: r.body };
+  }
+
+  /**
+   * Logged batches from `start` as they were published (the oldest retained if `start` is older,
+   * as vLLM's replay does), at most `max` of them.
+   */
+  replay(start: bigint, max: number): LoggedBatches {
+    return callNative(() => this.#native.replay(start, max));
+  }
+
+  /**
+   * Publishes up to `maxEvents` events of a publish queue: batches of at most 1024 events, each
+   * applied, encoded once and logged under the next seq (a seq is skipped where the queue lost
+   * events). Used by `KvEventPublisher`.
+   * @internal
+   */
+  drain(queue: native.NativeEventQueue, maxEvents: number, ts: number, dpRank: number | null): native.PublishedOut {
+    return callNative(() => this.#native.drain(queue, maxEvents, ts, dpRank));
   }
 
   /**

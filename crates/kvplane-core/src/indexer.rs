@@ -188,8 +188,11 @@ impl LocalIndexer {
       dp_rank,
     };
     let mut errors = Vec::new();
-    for ev in &batch.events {
+    for ev in &mut batch.events {
       if let Err(e) = self.index.apply(worker, ev) {
+        // Failed closed: the rank's state was dropped here, so the stream says so too and no
+        // consumer keeps routing on it (SPEC §7).
+        *ev = KvEvent::Cleared;
         errors.push(e);
       }
     }
@@ -337,6 +340,28 @@ impl LocalIndexer {
     }
   }
 
+  /// `get_events` for the raw `start` / `end` parameters of a `/kv_recover` query (decimal u64s,
+  /// either absent); malformed ones are `InvalidRange`.
+  pub fn recover_query(&self, start: Option<&str>, end: Option<&str>) -> Recovery {
+    let parse = |name: &str, v: Option<&str>| match v {
+      None => Ok(None),
+      Some(t) => match t.parse::<u64>() {
+        Ok(n) if !t.starts_with('+') => Ok(Some(n)),
+        _ => Err(format!(
+          "{name} {t:?} is not a seq (an integer in 0..=2^64-1)"
+        )),
+      },
+    };
+    match (parse("start", start), parse("end", end)) {
+      (Ok(s), Ok(e)) => self.get_events(s, e),
+      (Err(reason), _) | (_, Err(reason)) => Recovery::InvalidRange {
+        reason,
+        last_seq: self.last_seq,
+        epoch: self.cfg.epoch,
+      },
+    }
+  }
+
   /// The whole index as stored events, with the seq it reflects.
   pub fn tree_dump(&self) -> Recovery {
     Recovery::TreeDump {
@@ -479,6 +504,9 @@ mod tests {
       "the worker's state is cleared"
     );
     assert!(ix.index().needs_recovery(w));
+    let logged = ix.replay(2, 1);
+    let b = codec::vllm::decode_batch(&logged[0].payload).unwrap().batch;
+    assert_eq!(b.events, vec![KvEvent::Cleared], "published as a clear of the rank");
   }
 
   #[test]
@@ -564,5 +592,34 @@ mod tests {
     q.push_all((10..3010u64).map(|h| stored(&[h], None)));
     let d = ix.drain(&mut q, 2048, 1.0, None).unwrap();
     assert_eq!((d.events, d.batches.len(), q.len()), (2048, 2, 952));
+  }
+
+  #[test]
+  fn malformed_recover_parameters_are_an_invalid_range() {
+    let mut ix = indexer(10);
+    ix.publish(vec![stored(&[1], None)], 1.0, None).unwrap();
+    for (s, e) in [
+      (Some("x"), None),
+      (Some("1"), Some("-2")),
+      (Some("+1"), None),
+      (Some(""), None),
+    ] {
+      assert!(
+        matches!(ix.recover_query(s, e), Recovery::InvalidRange { .. }),
+        "{s:?} {e:?}"
+      );
+    }
+    assert!(matches!(
+      ix.recover_query(Some("1"), None),
+      Recovery::Events { .. }
+    ));
+    assert!(matches!(
+      ix.recover_query(None, None),
+      Recovery::TreeDump { .. }
+    ));
+    assert!(matches!(
+      ix.recover_query(Some("18446744073709551615"), None),
+      Recovery::TooNew { .. }
+    ));
   }
 }

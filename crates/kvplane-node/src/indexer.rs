@@ -213,29 +213,59 @@ impl Task for DumpTask {
 /// is a consistent cut), then encoded without it.
 pub struct RecoverTask {
   inner: Shared,
-  start: Option<u64>,
-  end: Option<u64>,
+  range: RecoverRange,
   msgpack: bool,
 }
 
+enum RecoverRange {
+  Seqs(Option<u64>, Option<u64>),
+  /// Raw query parameters.
+  Query(Option<String>, Option<String>),
+}
+
+#[napi(object)]
+pub struct RecoverAnswer {
+  /// "Events", "TreeDump", "TooNew" or "InvalidRange".
+  pub kind: String,
+  pub body: Buffer,
+}
+
+fn recovery_kind(r: &Recovery) -> &'static str {
+  match r {
+    Recovery::Events { .. } => "Events",
+    Recovery::TreeDump { .. } => "TreeDump",
+    Recovery::TooNew { .. } => "TooNew",
+    Recovery::InvalidRange { .. } => "InvalidRange",
+  }
+}
+
 impl Task for RecoverTask {
-  type Output = Vec<u8>;
-  type JsValue = Buffer;
+  type Output = (&'static str, Vec<u8>);
+  type JsValue = RecoverAnswer;
 
   fn compute(&mut self) -> napi::Result<Self::Output> {
     guard(|| {
-      let answer = with(&self.inner, |ix| Ok(ix.get_events(self.start, self.end)))?;
-      Ok(if self.msgpack {
+      let answer = with(&self.inner, |ix| {
+        Ok(match &self.range {
+          RecoverRange::Seqs(s, e) => ix.get_events(*s, *e),
+          RecoverRange::Query(s, e) => ix.recover_query(s.as_deref(), e.as_deref()),
+        })
+      })?;
+      let body = if self.msgpack {
         recover::to_msgpack(&answer)
       } else {
         recover::to_json(&answer).into_bytes()
-      })
+      };
+      Ok((recovery_kind(&answer), body))
     })
     .map_err(|e| napi::Error::new(Status::GenericFailure, e.to_string()))
   }
 
   fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
-    Ok(output.into())
+    Ok(RecoverAnswer {
+      kind: output.0.to_string(),
+      body: output.1.into(),
+    })
   }
 }
 
@@ -295,7 +325,7 @@ impl NativeLocalIndexer {
   }
 
   /// The `/kv_recover` answer for `start..=end`, as JSON (`msgpack` false) or msgpack bytes.
-  #[napi(ts_return_type = "Promise<Buffer>")]
+  #[napi(ts_return_type = "Promise<RecoverAnswer>")]
   pub fn recover(
     &self,
     start: Option<BigInt>,
@@ -304,10 +334,30 @@ impl NativeLocalIndexer {
   ) -> Result<AsyncTask<RecoverTask>, Code> {
     guard_js(|| {
       with(&self.inner, |_| Ok(()))?;
+      let start = start.as_ref().map(|v| bigint_u64("start", v)).transpose()?;
+      let end = end.as_ref().map(|v| bigint_u64("end", v)).transpose()?;
       Ok(AsyncTask::new(RecoverTask {
         inner: self.inner.clone(),
-        start: start.as_ref().map(|v| bigint_u64("start", v)).transpose()?,
-        end: end.as_ref().map(|v| bigint_u64("end", v)).transpose()?,
+        range: RecoverRange::Seqs(start, end),
+        msgpack,
+      }))
+    })
+  }
+
+  /// The `/kv_recover` answer for the raw `start` / `end` query parameters (malformed ones are
+  /// `InvalidRange`).
+  #[napi(ts_return_type = "Promise<RecoverAnswer>")]
+  pub fn recover_query(
+    &self,
+    start: Option<String>,
+    end: Option<String>,
+    msgpack: bool,
+  ) -> Result<AsyncTask<RecoverTask>, Code> {
+    guard_js(|| {
+      with(&self.inner, |_| Ok(()))?;
+      Ok(AsyncTask::new(RecoverTask {
+        inner: self.inner.clone(),
+        range: RecoverRange::Query(start, end),
         msgpack,
       }))
     })
@@ -534,6 +584,12 @@ impl NativeLocalIndexer {
         })
       })
     })
+  }
+
+  /// The newest seq (0 before the first batch).
+  #[napi(getter)]
+  pub fn last_seq(&self) -> Result<BigInt, Code> {
+    guard_js(|| with(&self.inner, |ix| Ok(BigInt::from(ix.last_seq()))))
   }
 
   /// Frees the index; every later call throws ERR_CLOSED.

@@ -1,0 +1,88 @@
+import { invalidArg } from '../errors.js';
+
+/**
+ * Publisher settings under the names of vLLM's `KVEventsConfig` (camelCase here; the snake_case
+ * names are accepted by `kvEventsConfigFromJson`).
+ */
+export interface KvEventsConfig {
+  /** Live stream endpoint. Default `'tcp://*:5557'`. Bound if it has `*`, `::`, `ipc://` or `inproc://`, else connected. */
+  endpoint?: string;
+  /** Replay ROUTER endpoint; none by default (no replay). */
+  replayEndpoint?: string | null;
+  /** Batches retained for replay and `/kv_recover`. Default 10,000. */
+  bufferSteps?: number;
+  /** ZMQ send high-water mark of the live socket, in messages. Default 100,000. */
+  hwm?: number;
+  /** Events the publish queue holds before it drops (and counts) them. Default 100,000. */
+  maxQueueSize?: number;
+  /** Topic frame of every message. Default `''`. */
+  topic?: string;
+}
+
+export const KV_EVENTS_DEFAULTS = {
+  endpoint: 'tcp://*:5557',
+  replayEndpoint: null,
+  bufferSteps: 10_000,
+  hwm: 100_000,
+  maxQueueSize: 100_000,
+  topic: '',
+} as const satisfies Required<KvEventsConfig>;
+
+const SNAKE: Record<string, keyof KvEventsConfig> = {
+  endpoint: 'endpoint',
+  replay_endpoint: 'replayEndpoint',
+  buffer_steps: 'bufferSteps',
+  hwm: 'hwm',
+  max_queue_size: 'maxQueueSize',
+  topic: 'topic',
+};
+
+/** vLLM `KVEventsConfig` keys that configure the engine, not the publisher: accepted, not used here. */
+const ENGINE_KEYS = new Set(['enable_kv_cache_events', 'publisher', 'enableKvCacheEvents']);
+
+/**
+ * Reads a `KVEventsConfig` object from JSON (snake_case or camelCase keys). Unknown keys are an
+ * `ERR_INVALID_ARG` so typos do not pass silently.
+ */
+export function kvEventsConfigFromJson(json: Record<string, unknown>): KvEventsConfig & { publisher?: string } {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(json)) {
+    if (ENGINE_KEYS.has(key)) {
+      if (key === 'publisher') out.publisher = value;
+      continue;
+    }
+    const name = SNAKE[key] ?? (Object.values(SNAKE).includes(key as keyof KvEventsConfig) ? key : undefined);
+    if (name === undefined) invalidArg(`unknown KV events config key ${JSON.stringify(key)}`);
+    out[name] = value;
+  }
+  if (out.publisher !== undefined && out.publisher !== 'zmq' && out.publisher !== 'null') {
+    invalidArg(`publisher is ${JSON.stringify(out.publisher)}: "zmq" or "null"`);
+  }
+  return out as KvEventsConfig & { publisher?: string };
+}
+
+/** vLLM's rule: bind when the endpoint is a wildcard or local transport, connect otherwise. */
+export function shouldBind(endpoint: string): boolean {
+  return endpoint.includes('*') || endpoint.includes('::') || endpoint.startsWith('ipc://') || endpoint.startsWith('inproc://');
+}
+
+/**
+ * The endpoint of DP rank `rank`: tcp ports are offset by the rank, inproc names get `_dp{rank}`
+ * (rank 0 keeps the endpoint as it is).
+ */
+export function endpointForRank(endpoint: string, rank: number): string {
+  if (!Number.isInteger(rank) || rank < 0) invalidArg(`dataParallelRank is ${rank}: a non-negative integer`);
+  if (rank === 0) return endpoint;
+  if (endpoint.startsWith('inproc://')) return `${endpoint}_dp${rank}`;
+  if (endpoint.startsWith('tcp://')) {
+    const m = /^(tcp:\/\/.*):(\d+)$/.exec(endpoint);
+    if (!m) invalidArg(`endpoint ${endpoint} has no port to offset for DP rank ${rank}`);
+    return `${m[1]}:${Number(m[2]) + rank}`;
+  }
+  return endpoint;
+}
+
+export function checkCount(name: string, v: number, max: number): number {
+  if (!Number.isInteger(v) || v < 1 || v > max) invalidArg(`${name} is ${v}: an integer in 1..${max}`);
+  return v;
+}
