@@ -61,3 +61,5 @@ export {
   type KvEventPublisherOptions,
   type PublisherStats,
 } from './publisher/publisher.js';
+export { KvHttpServer, type KvHttpServerOptions, type SourceInfo } from './server/http.js';
+export { type EventSink, SimEngine, type SimEngineOptions, type SimStats } from './sim/engine.js';

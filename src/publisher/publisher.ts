@@ -3,6 +3,7 @@ import { callNative, KvPlaneError } from '../errors.js';
 import type { KvEvent, RemovedEvent, StoredEvent } from '../events.js';
 import { LocalIndexer, type ZmqFormat } from '../indexer.js';
 import native from '../native.js';
+import { withDefaults } from '../options.js';
 import { checkCount, endpointForRank, KV_EVENTS_DEFAULTS, type KvEventsConfig, shouldBind } from './config.js';
 import { ReplayServer } from './replay.js';
 import { SocketWriter, seqFrame } from './writer.js';
@@ -124,7 +125,7 @@ export class KvEventPublisher {
   }
 
   static async create(options: KvEventPublisherOptions = {}): Promise<KvEventPublisher> {
-    const o = { ...KV_EVENTS_DEFAULTS, ...options };
+    const o = withDefaults<KvEventsConfig>(KV_EVENTS_DEFAULTS, options);
     const rank = options.dataParallelRank ?? null;
     checkCount('hwm', o.hwm, 2 ** 31 - 1);
     if (typeof o.topic !== 'string') throw new KvPlaneError('ERR_INVALID_ARG', 'topic must be a string');

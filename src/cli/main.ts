@@ -1,0 +1,116 @@
+#!/usr/bin/env node
+import { KvPlaneError } from '../errors.js';
+import { parseServeArgs, type Serving, serveHelp, startServe } from './serve.js';
+
+const USAGE = `Usage: kvplane <command> [flags]
+
+Commands:
+  serve     run an engine node (simulated engine, ZMQ stream with replay, HTTP recovery)
+
+Run "kvplane serve --help" for its flags.
+`;
+
+function log(fields: Record<string, unknown>): void {
+  process.stdout.write(
+    `${JSON.stringify({ time: new Date().toISOString(), ...fields }, (_k, v) => (typeof v === 'bigint' ? v.toString() : v))}\n`,
+  );
+}
+
+function rate(n: number): string {
+  return n >= 1e6 ? `${(n / 1e6).toFixed(2)}M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)}k` : n.toFixed(0);
+}
+
+/** Status every `seconds`: a live line on a TTY, a JSON log line otherwise. */
+function reportStatus(s: Serving, seconds: number): () => void {
+  const tty = process.stdout.isTTY === true;
+  let last = { events: 0, batches: 0, at: performance.now() };
+  const timer = setInterval(() => {
+    const p = s.publisher.stats();
+    const ix = s.publisher.indexer.stats();
+    const now = performance.now();
+    const dt = (now - last.at) / 1000;
+    const eventsPerSec = (p.events - last.events) / dt;
+    const batchesPerSec = (p.batches - last.batches) / dt;
+    last = { events: p.events, batches: p.batches, at: now };
+    const drops = p.drops.queue_full + p.drops.send_failed;
+    if (tty) {
+      process.stdout.write(
+        `\r\x1b[Kseq ${p.lastSeq} | ${rate(eventsPerSec)} events/s | ${rate(batchesPerSec)} batches/s | blocks ${ix.blocks} | subscribers ${p.subscribers} | drops ${drops} | gaps ${p.gaps} | replays ${p.replay.requests}`,
+      );
+    } else {
+      log({
+        level: 'info',
+        msg: 'status',
+        last_seq: p.lastSeq,
+        events_per_sec: Math.round(eventsPerSec),
+        batches_per_sec: Math.round(batchesPerSec),
+        events: p.events,
+        batches: p.batches,
+        blocks: ix.blocks,
+        subscribers: p.subscribers,
+        drops: p.drops,
+        gaps: p.gaps,
+        replay_requests: p.replay.requests,
+        fail_closed: p.failClosed.length,
+      });
+    }
+  }, seconds * 1000);
+  return () => {
+    clearInterval(timer);
+    if (tty) process.stdout.write('\n');
+  };
+}
+
+async function serve(argv: string[]): Promise<void> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(serveHelp());
+    return;
+  }
+  const config = parseServeArgs(argv);
+  const s = await startServe(config);
+  log({
+    level: 'info',
+    msg: 'serving',
+    engine: config.engine,
+    endpoint: s.publisher.endpoint,
+    replay_endpoint: s.publisher.replayEndpoint,
+    http: s.http?.url ?? null,
+    epoch: s.publisher.epoch,
+    dp_rank: s.publisher.dataParallelRank,
+  });
+  const stopStatus = reportStatus(s, config.statusSeconds);
+  await new Promise<void>((resolve) => {
+    const done = (signal: string) => () => {
+      stopStatus();
+      log({ level: 'info', msg: 'stopping', signal });
+      resolve();
+    };
+    process.once('SIGINT', done('SIGINT'));
+    process.once('SIGTERM', done('SIGTERM'));
+    if (config.durationSeconds > 0) setTimeout(done('duration'), config.durationSeconds * 1000).unref();
+  });
+  const p = s.publisher.stats();
+  await s.stop();
+  log({ level: 'info', msg: 'stopped', last_seq: p.lastSeq, events: p.events, batches: p.batches, sim: s.sim.stats });
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    if (command === 'serve') await serve(rest);
+    else if (command === undefined || command === '--help' || command === '-h') process.stdout.write(USAGE);
+    else {
+      process.stderr.write(`kvplane: unknown command ${JSON.stringify(command)}\n\n${USAGE}`);
+      return 2;
+    }
+    return 0;
+  } catch (err) {
+    const code = err instanceof KvPlaneError ? err.code : 'ERR_INTERNAL';
+    process.stderr.write(`kvplane: ${code}: ${(err as Error).message}\n`);
+    return code === 'ERR_INVALID_ARG' ? 2 : 1;
+  }
+}
+
+void main(process.argv.slice(2)).then((code) => {
+  process.exitCode = code;
+});

@@ -1,0 +1,146 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { KvEventPublisher } from '../publisher/publisher.js';
+import { publisherMetrics, type RecoverCounts } from './metrics.js';
+
+/** An input feeding the publisher, as `/healthz` lists it. */
+export interface SourceInfo {
+  name: string;
+  /** `sim`, `zmq`, `api`, ... */
+  kind: string;
+}
+
+export interface KvHttpServerOptions {
+  publisher: KvEventPublisher;
+  /** Default `127.0.0.1`. */
+  host?: string;
+  /** Default 0 (the OS picks; read `port`). */
+  port?: number;
+  sources?: readonly SourceInfo[];
+}
+
+/** JSON with bigints written as exact integers. */
+function jsonWithU64(value: unknown): string {
+  return JSON.stringify(value, (_k, v) => (typeof v === 'bigint' ? `\u0000u64:${v}` : v)).replace(
+    /"\\u0000u64:(\d+)"/g,
+    '$1',
+  );
+}
+
+/**
+ * The engine node's HTTP endpoints (spec §3.4): `GET /kv_recover?start=S&end=E` (JSON, or msgpack
+ * with `Accept: application/msgpack` or `?format=msgpack`), `GET /healthz`, `GET /metrics`.
+ */
+export class KvHttpServer {
+  readonly #server: Server;
+  readonly #publisher: KvEventPublisher;
+  readonly #sources: readonly SourceInfo[];
+  readonly #recover: RecoverCounts = { Events: 0, TreeDump: 0, TooNew: 0, InvalidRange: 0 };
+  readonly #metrics;
+
+  private constructor(server: Server, opts: KvHttpServerOptions) {
+    this.#server = server;
+    this.#publisher = opts.publisher;
+    this.#sources = opts.sources ?? [];
+    this.#metrics = publisherMetrics(opts.publisher, this.#recover);
+  }
+
+  static async create(opts: KvHttpServerOptions): Promise<KvHttpServer> {
+    const server = createServer();
+    const self = new KvHttpServer(server, opts);
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+      void self.#handle(req, res);
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    return self;
+  }
+
+  get port(): number {
+    return (this.#server.address() as AddressInfo).port;
+  }
+
+  get url(): string {
+    const a = this.#server.address() as AddressInfo;
+    const host = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+    return `http://${host}:${a.port}`;
+  }
+
+  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    try {
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        return this.#send(res, 405, 'application/json', '{"error":"method not allowed"}');
+      }
+      switch (url.pathname) {
+        case '/kv_recover':
+          return await this.#kvRecover(req, res, url);
+        case '/healthz':
+          return this.#send(res, 200, 'application/json', this.#health());
+        case '/metrics':
+          return this.#send(res, 200, this.#metrics.contentType, await this.#metrics.metrics());
+        default:
+          return this.#send(res, 404, 'application/json', '{"error":"not found"}');
+      }
+    } catch (err) {
+      const closed = this.#publisher.closed;
+      this.#send(res, closed ? 503 : 500, 'application/json', JSON.stringify({ error: (err as Error).message }));
+    }
+  }
+
+  async #kvRecover(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+    const format = url.searchParams.get('format');
+    const msgpack = format === 'msgpack' || (format === null && /application\/msgpack/.test(req.headers.accept ?? ''));
+    const param = (name: string) => url.searchParams.get(name) ?? undefined;
+    const answer = await this.#publisher.indexer.recoverQuery(
+      param('start'),
+      param('end'),
+      msgpack ? 'msgpack' : 'json',
+    );
+    this.#recover[answer.kind]++;
+    this.#send(
+      res,
+      answer.kind === 'InvalidRange' ? 400 : 200,
+      msgpack ? 'application/msgpack' : 'application/json',
+      answer.body,
+    );
+  }
+
+  #health(): string {
+    const s = this.#publisher.stats();
+    const ix = this.#publisher.closed ? undefined : this.#publisher.indexer.stats();
+    return jsonWithU64({
+      status: s.failClosed.length > 0 ? 'fail_closed' : 'ok',
+      epoch: this.#publisher.epoch,
+      last_seq: s.lastSeq,
+      oldest_seq: ix?.oldestSeq ?? null,
+      sources: this.#sources.map((src) => ({
+        ...src,
+        state: s.failClosed.length > 0 ? 'fail_closed' : 'ok',
+      })),
+      fail_closed: s.failClosed.map((f) => ({ dp_rank: f.dpRank, reason: f.message })),
+      subscribers: s.subscribers,
+      queued: s.queued,
+      drops: s.drops,
+    });
+  }
+
+  #send(res: ServerResponse, status: number, type: string, body: string | Buffer): void {
+    res.writeHead(status, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+    res.end(res.req.method === 'HEAD' ? undefined : body);
+  }
+
+  async close(): Promise<void> {
+    this.#server.closeAllConnections();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}

@@ -1,0 +1,76 @@
+import { Counter, Gauge, Registry } from 'prom-client';
+import type { KvEventPublisher } from '../publisher/publisher.js';
+
+const INDEX_DROPS = ['unknown_parent', 'unknown_removed', 'duplicate_store', 'unsupported_layout'] as const;
+
+/** Recovery answers served over HTTP, by kind. */
+export type RecoverCounts = Record<'Events' | 'TreeDump' | 'TooNew' | 'InvalidRange', number>;
+
+/**
+ * Prometheus metrics of a publisher, read from its counters at scrape time (nothing is counted
+ * twice and nothing on the hot path touches prom-client).
+ */
+export function publisherMetrics(publisher: KvEventPublisher, recover: RecoverCounts): Registry {
+  const registry = new Registry();
+  const stats = () => publisher.stats();
+  const index = () => (publisher.closed ? undefined : publisher.indexer.stats());
+  const counter = (name: string, help: string, read: () => number) =>
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(read());
+      },
+    });
+  const gauge = (name: string, help: string, read: () => number) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.set(read());
+      },
+    });
+  counter('kvplane_events_published_total', 'Events published on the stream', () => stats().events);
+  counter('kvplane_batches_published_total', 'Batches published on the stream', () => stats().batches);
+  counter('kvplane_seq_gaps_total', 'Seqs skipped because the publish queue lost events', () => stats().gaps);
+  new Counter({
+    name: 'kvplane_events_dropped_total',
+    help: 'Events dropped, by reason',
+    labelNames: ['reason'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const s = stats();
+      this.inc({ reason: 'queue_full' }, s.drops.queue_full);
+      this.inc({ reason: 'send_failed' }, s.drops.send_failed);
+      const ix = index();
+      for (const r of INDEX_DROPS) this.inc({ reason: r }, ix?.drops[r] ?? 0);
+    },
+  });
+  gauge('kvplane_subscribers', 'Peers connected to the live ZMQ socket', () => stats().subscribers);
+  gauge('kvplane_queue_events', 'Events waiting in the publish queue', () => stats().queued);
+  gauge('kvplane_last_seq', 'Newest published seq', () => Number(stats().lastSeq));
+  gauge('kvplane_index_blocks', 'Blocks in the index', () => index()?.blocks ?? 0);
+  gauge('kvplane_index_memberships', '(worker, block) memberships in the index', () => index()?.memberships ?? 0);
+  gauge('kvplane_index_bytes', 'Heap bytes of the index', () => index()?.bytes ?? 0);
+  gauge('kvplane_replay_log_batches', 'Batches retained for replay', () => index()?.retainedBatches ?? 0);
+  gauge('kvplane_replay_log_bytes', 'Payload bytes retained for replay', () => index()?.logBytes ?? 0);
+  gauge('kvplane_fail_closed_ranks', 'DP ranks whose source failed closed', () => stats().failClosed.length);
+  counter('kvplane_replay_requests_total', 'ZMQ replay requests', () => stats().replay.requests);
+  counter('kvplane_replay_abandoned_total', 'ZMQ replays abandoned (peer gone or full)', () => stats().replay.abandoned);
+  counter('kvplane_replay_batches_total', 'Batches sent by ZMQ replay', () => stats().replay.batchesSent);
+  new Counter({
+    name: 'kvplane_recover_requests_total',
+    help: '/kv_recover answers, by kind',
+    labelNames: ['answer'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [answer, n] of Object.entries(recover)) this.inc({ answer }, n);
+    },
+  });
+  return registry;
+}
