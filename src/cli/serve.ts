@@ -64,7 +64,10 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: 'replay ROUTER endpoint, "none" to disable (default tcp://*:5558)',
     apply: (c, v) => (c.publisher.replayEndpoint = v === 'none' ? null : v),
   },
-  'buffer-steps': { help: 'batches kept for replay (default 10000)', apply: (c, v) => (c.publisher.bufferSteps = int('buffer-steps', v)) },
+  'buffer-steps': {
+    help: 'batches kept for replay (default 10000)',
+    apply: (c, v) => (c.publisher.bufferSteps = int('buffer-steps', v)),
+  },
   hwm: { help: 'ZMQ send high-water mark (default 100000)', apply: (c, v) => (c.publisher.hwm = int('hwm', v)) },
   'max-queue-size': {
     help: 'events queued before drops (default 100000)',
@@ -90,17 +93,33 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
       c.sim.blockSize = c.publisher.blockSize;
     },
   },
-  'http-host': { help: 'HTTP host (default 127.0.0.1)', apply: (c, v) => (c.http = { ...(c.http ?? { port: 5559 }), host: v }) },
+  'http-host': {
+    help: 'HTTP host (default 127.0.0.1)',
+    apply: (c, v) => (c.http = { ...(c.http ?? { port: 5559 }), host: v }),
+  },
   'http-port': {
     help: 'HTTP port for /kv_recover, /healthz, /metrics; "none" to disable (default 5559)',
-    apply: (c, v) => (c.http = v === 'none' ? null : { ...(c.http ?? { host: '127.0.0.1' }), port: int('http-port', v) }),
+    apply: (c, v) =>
+      (c.http = v === 'none' ? null : { ...(c.http ?? { host: '127.0.0.1' }), port: int('http-port', v) }),
   },
   'sim-seed': { help: 'workload seed (default 1)', apply: (c, v) => (c.sim.seed = int('sim-seed', v)) },
-  'sim-rate': { help: 'new conversations per second (default 20)', apply: (c, v) => (c.sim.requestsPerSecond = num('sim-rate', v)) },
-  'sim-blocks': { help: 'KV blocks in the pool (default 16384)', apply: (c, v) => (c.sim.numBlocks = int('sim-blocks', v)) },
+  'sim-rate': {
+    help: 'new conversations per second (default 20)',
+    apply: (c, v) => (c.sim.requestsPerSecond = num('sim-rate', v)),
+  },
+  'sim-blocks': {
+    help: 'KV blocks in the pool (default 16384)',
+    apply: (c, v) => (c.sim.numBlocks = int('sim-blocks', v)),
+  },
   'sim-step-ms': { help: 'engine step in ms (default 20)', apply: (c, v) => (c.sim.stepMs = int('sim-step-ms', v)) },
-  duration: { help: 'stop after this many seconds (default: run until SIGINT/SIGTERM)', apply: (c, v) => (c.durationSeconds = num('duration', v)) },
-  'status-interval': { help: 'seconds between status updates (default 1)', apply: (c, v) => (c.statusSeconds = num('status-interval', v)) },
+  duration: {
+    help: 'stop after this many seconds (default: run until SIGINT/SIGTERM)',
+    apply: (c, v) => (c.durationSeconds = num('duration', v)),
+  },
+  'status-interval': {
+    help: 'seconds between status updates (default 1)',
+    apply: (c, v) => (c.statusSeconds = num('status-interval', v)),
+  },
 };
 
 const SIM_KEYS: Record<string, keyof SimEngineOptions> = {

@@ -63,7 +63,12 @@ export function kvEventsConfigFromJson(json: Record<string, unknown>): KvEventsC
 
 /** vLLM's rule: bind when the endpoint is a wildcard or local transport, connect otherwise. */
 export function shouldBind(endpoint: string): boolean {
-  return endpoint.includes('*') || endpoint.includes('::') || endpoint.startsWith('ipc://') || endpoint.startsWith('inproc://');
+  return (
+    endpoint.includes('*') ||
+    endpoint.includes('::') ||
+    endpoint.startsWith('ipc://') ||
+    endpoint.startsWith('inproc://')
+  );
 }
 
 /**

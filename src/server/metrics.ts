@@ -60,7 +60,11 @@ export function publisherMetrics(publisher: KvEventPublisher, recover: RecoverCo
   gauge('kvplane_replay_log_bytes', 'Payload bytes retained for replay', () => index()?.logBytes ?? 0);
   gauge('kvplane_fail_closed_ranks', 'DP ranks whose source failed closed', () => stats().failClosed.length);
   counter('kvplane_replay_requests_total', 'ZMQ replay requests', () => stats().replay.requests);
-  counter('kvplane_replay_abandoned_total', 'ZMQ replays abandoned (peer gone or full)', () => stats().replay.abandoned);
+  counter(
+    'kvplane_replay_abandoned_total',
+    'ZMQ replays abandoned (peer gone or full)',
+    () => stats().replay.abandoned,
+  );
   counter('kvplane_replay_batches_total', 'Batches sent by ZMQ replay', () => stats().replay.batchesSent);
   new Counter({
     name: 'kvplane_recover_requests_total',

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""A real pyzmq peer of kvplane's ZMQ stream, decoding with msgspec and vLLM's struct definitions.
+
+  zmq_peer.py sub ENDPOINT BATCHES      subscribe, print "ready", then one JSON line per batch:
+                                        {"seq": "...", "topic": "...", "batch": <normalized>}
+  zmq_peer.py replay ENDPOINT START dealer|req [topic|notopic]
+                                        ask the replay ROUTER for batches from START and print one
+                                        JSON line per reply, then {"end": true} at the end marker
+                                        (a REQ socket sees only the first reply)
+
+The structs are the vLLM generation structs of gen_codec_fixtures.py, which `--engine` checks
+byte for byte against vllm/distributed/kv_events.py of the vLLM wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import zmq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from codec_peer import msgpack_case  # noqa: E402
+
+END = b"\xff" * 8
+
+
+def emit(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def sub(endpoint: str, batches: int) -> None:
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.connect(endpoint)
+    s.setsockopt(zmq.SUBSCRIBE, b"")
+    time.sleep(0.2)
+    emit("ready")
+    for _ in range(batches):
+        topic, seq, payload = s.recv_multipart()
+        emit({"seq": str(int.from_bytes(seq, "big")), "topic": topic.decode(),
+              "batch": msgpack_case("vllm", payload)})
+
+
+def replay(endpoint: str, start: int, kind: str, topic_frame: bool) -> None:
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.DEALER if kind == "dealer" else zmq.REQ)
+    s.setsockopt(zmq.RCVTIMEO, 10_000)
+    s.connect(endpoint)
+    if kind == "dealer":
+        s.send_multipart([b"", start.to_bytes(8, "big")])
+    else:
+        s.send(start.to_bytes(8, "big"))
+    while True:
+        frames = s.recv_multipart()
+        if kind == "dealer":
+            frames = frames[1:]  # the empty delimiter
+        if topic_frame:
+            frames = frames[1:]
+        seq, payload = frames
+        if seq == END:
+            emit({"end": True})
+            return
+        emit({"seq": str(int.from_bytes(seq, "big")), "batch": msgpack_case("vllm", payload)})
+        if kind == "req":
+            return
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "sub":
+        sub(sys.argv[2], int(sys.argv[3]))
+    else:
+        replay(sys.argv[2], int(sys.argv[3]), sys.argv[4], len(sys.argv) < 6 or sys.argv[5] == "topic")

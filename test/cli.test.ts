@@ -1,0 +1,80 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { describe, expect, it } from 'vitest';
+import { Subscriber } from 'zeromq';
+import { decodeBatch } from '../src/index.js';
+import { repoPath } from './fixtures.js';
+
+const CLI = repoPath('dist/cli.js');
+
+describe('kvplane serve --engine sim', () => {
+  it('serves the simulated engine over ZMQ and HTTP, logs structured status off a TTY, and stops cleanly on SIGTERM', async () => {
+    const config = join(tmpdir(), `kvplane-serve-${process.pid}.json`);
+    writeFileSync(
+      config,
+      JSON.stringify({
+        buffer_steps: 500,
+        topic: 'sim',
+        sim: { requests_per_second: 200, seed: 4 },
+        http: { port: 0 },
+      }),
+    );
+    const proc = spawn(process.execPath, [
+      CLI,
+      'serve',
+      '--engine',
+      'sim',
+      '--config',
+      config,
+      '--endpoint',
+      'tcp://127.0.0.1:*',
+      '--replay-endpoint',
+      'tcp://127.0.0.1:*',
+      '--status-interval',
+      '0.2',
+    ]);
+    const lines: Record<string, unknown>[] = [];
+    createInterface({ input: proc.stdout }).on('line', (l) => lines.push(JSON.parse(l)));
+    const exit = new Promise<number | null>((resolve) => proc.on('exit', resolve));
+    const until = async (cond: () => boolean) => {
+      for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 25));
+      expect(cond()).toBe(true);
+    };
+    await until(() => lines.some((l) => l.msg === 'serving'));
+    const serving = lines.find((l) => l.msg === 'serving') as Record<string, string>;
+    const sub = new Subscriber();
+    sub.connect(serving.endpoint as string);
+    sub.subscribe();
+    const [topic, seq, payload] = (await sub.receive()) as Buffer[];
+    expect(topic?.toString()).toBe('sim');
+    expect(seq?.readBigUInt64BE()).toBeGreaterThan(0n);
+    expect(decodeBatch(payload as Buffer, 'vllm').events.length).toBeGreaterThan(0);
+    sub.close();
+    const health = await (await fetch(`${serving.http}/healthz`)).text();
+    expect(JSON.parse(health).status).toBe('ok');
+    expect(health).toContain(`"epoch":${serving.epoch}`); // exact u64, as logged
+    await until(() => lines.some((l) => l.msg === 'status' && (l.events as number) > 0));
+    proc.kill('SIGTERM');
+    expect(await exit).toBe(0);
+    const stopped = lines.find((l) => l.msg === 'stopped') as Record<string, unknown>;
+    expect(stopped).toBeDefined();
+    expect(Number(stopped.events)).toBeGreaterThan(0);
+  }, 30_000);
+
+  it('rejects unknown flags and engines with ERR_INVALID_ARG and exit code 2', () => {
+    for (const args of [
+      ['serve', '--engine', 'nope'],
+      ['serve', '--bogus', '1'],
+      ['serve', '--hwm', 'x'],
+    ]) {
+      const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8' });
+      expect(r.status, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(/ERR_INVALID_ARG/);
+    }
+    const help = spawnSync(process.execPath, [CLI, 'serve', '--help'], { encoding: 'utf8' });
+    expect(help.stdout).toMatch(/--replay-endpoint/);
+  });
+});
