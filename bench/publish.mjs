@@ -1,0 +1,160 @@
+// Publish throughput: events/s from the TS publish API to the wire (ZMQ PUB on loopback, a
+// subscriber in another process receiving every batch), against a Python publisher built the
+// way vLLM's is (bench/publish_ref.py: msgspec structs, queue + thread, pyzmq). Same workload
+// on both sides: 1024-event batches of single-block stored events (16 tokens, chains of 64)
+// alternating with removals of the block stored 4096 earlier. Not pinned: each side uses the
+// publisher thread, ZMQ's I/O thread and a subscriber process on this 2-core machine.
+//
+//   npm run build && npm run bench:publish [-- events]
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { KvEventPublisher } from '../dist/index.mjs';
+
+const EVENTS = Number(process.argv[2] ?? 2_000_000);
+const BATCH = 1024;
+const WINDOW = 4096;
+
+function workload(n) {
+  const kinds = new Uint8Array(n);
+  const hashCounts = new Uint32Array(n).fill(1);
+  const hashes = new BigUint64Array(n);
+  const parents = new BigUint64Array(n);
+  const hasParent = new Uint8Array(n);
+  const tokens = new Uint32Array(n * 16);
+  const tokenStart = new Uint32Array(n + 1);
+  const stored = [];
+  let x = 0x9e3779b97f4a7c15n;
+  let e = 0;
+  let t = 0;
+  for (let i = 0; e < n; i++) {
+    x = (x * 6364136223846793005n + 1442695040888963407n) & 0xffffffffffffffffn;
+    stored.push(x);
+    tokenStart[e] = t;
+    kinds[e] = 0;
+    hashes[e] = x;
+    if (i % 64 !== 0) {
+      parents[e] = stored[i - 1];
+      hasParent[e] = 1;
+    }
+    const lo = Number(x & 0xffffffffn);
+    const hi = Number(x >> 32n);
+    // Token s is (x >> s) & 0x7fff, as in publish_ref.py.
+    for (let s = 0; s < 16; s++) tokens[t++] = ((s === 0 ? lo : (lo >>> s) | (hi << (32 - s))) >>> 0) & 0x7fff;
+    e++;
+    if (i >= WINDOW && e < n) {
+      tokenStart[e] = t;
+      kinds[e] = 1;
+      hashes[e] = stored[i - WINDOW];
+      e++;
+    }
+  }
+  tokenStart[e] = t;
+  return { n, kinds, hashCounts, hashes, parents, hasParent, tokens: tokens.subarray(0, t), tokenStart };
+}
+
+function startSubscriber(endpoint, batches) {
+  const proc = spawn(process.execPath, [new URL('./publish_sub.mjs', import.meta.url).pathname, endpoint, String(batches)]);
+  const lines = createInterface({ input: proc.stdout });
+  let ready;
+  const readyP = new Promise((r) => (ready = r));
+  const result = new Promise((resolve) =>
+    lines.on('line', (l) => (l === 'ready' ? ready() : resolve(JSON.parse(l)))),
+  );
+  return { ready: readyP, result };
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+async function runColumns(w) {
+  const p = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null });
+  const batches = Math.ceil(w.n / BATCH);
+  const sub = startSubscriber(p.endpoint, batches);
+  await sub.ready;
+  await sleep(1000);
+  const t0 = performance.now();
+  for (let b = 0, at = 0; at < w.n; b++, at += BATCH) {
+    const end = Math.min(at + BATCH, w.n);
+    p.publishColumns({
+      kinds: w.kinds.subarray(at, end),
+      hashCounts: w.hashCounts.subarray(at, end),
+      hashes: w.hashes.subarray(at, end),
+      parents: w.parents.subarray(at, end),
+      hasParent: w.hasParent.subarray(at, end),
+      tokens: w.tokens.subarray(w.tokenStart[at], w.tokenStart[end]),
+      blockSize: 16,
+      medium: 'GPU',
+    });
+    if (b % 16 === 15) await new Promise(setImmediate);
+  }
+  await p.flush();
+  const seconds = (performance.now() - t0) / 1000;
+  const received = await sub.result;
+  const stats = p.stats();
+  await p.close();
+  return { seconds, received, stats };
+}
+
+async function runObjects(w, n) {
+  const p = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null });
+  const events = [];
+  for (let e = 0; e < n; e++) {
+    if (w.kinds[e] === 0) {
+      events.push({
+        type: 'stored',
+        blockHashes: [w.hashes[e]],
+        parentBlockHash: w.hasParent[e] ? w.parents[e] : null,
+        tokenIds: w.tokens.subarray(w.tokenStart[e], w.tokenStart[e + 1]),
+        blockSize: 16,
+        medium: 'GPU',
+      });
+    } else events.push({ type: 'removed', blockHashes: [w.hashes[e]], medium: 'GPU' });
+  }
+  const sub = startSubscriber(p.endpoint, Math.ceil(n / BATCH));
+  await sub.ready;
+  await sleep(1000);
+  const t0 = performance.now();
+  for (let at = 0; at < n; at += BATCH) {
+    p.publish(events.slice(at, at + BATCH));
+    await new Promise(setImmediate);
+  }
+  await p.flush();
+  const seconds = (performance.now() - t0) / 1000;
+  const received = await sub.result;
+  await p.close();
+  return { seconds, received };
+}
+
+async function runPython(n) {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const endpoint = `tcp://127.0.0.1:${port}`;
+  const sub = startSubscriber(endpoint, Math.ceil(n / BATCH));
+  const proc = spawn('python3', [new URL('./publish_ref.py', import.meta.url).pathname, endpoint, String(n)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  proc.stdout.on('data', (d) => (out += d));
+  await new Promise((r) => proc.on('exit', r));
+  const r = JSON.parse(out);
+  return { ...r, received: await sub.result };
+}
+
+const w = workload(EVENTS);
+const cols = await runColumns(w);
+const objN = Math.min(w.n, 200_000);
+const objs = await runObjects(w, objN);
+const py = await runPython(EVENTS);
+const rate = (n, s) => n / s;
+const colsRate = rate(w.n, cols.seconds);
+const objRate = rate(objN, objs.seconds);
+const rows = [
+  ['publishColumns → ZMQ (encode + index + send)', colsRate, cols.received],
+  ['publish(objects) → ZMQ', objRate, objs.received],
+  ['Python msgspec + pyzmq publisher (vLLM-style)', py.events_per_sec, py.received],
+];
+console.log(`${w.n} events in ${Math.ceil(w.n / BATCH)} batches of ${BATCH}`);
+for (const [name, r, rec] of rows) {
+  console.log(
+    `${name.padEnd(48)} ${(r / 1e6).toFixed(2).padStart(6)} M events/s  ${(r / py.events_per_sec).toFixed(2)}x  (subscriber: ${rec.batches} batches, ${rec.gaps} gaps)`,
+  );
+}
+console.log(`index after the columns run: ${JSON.stringify({ batches: cols.stats.batches, drops: cols.stats.drops })}`);
