@@ -53,13 +53,15 @@ function workload(n) {
 }
 
 function startSubscriber(endpoint, batches) {
-  const proc = spawn(process.execPath, [new URL('./publish_sub.mjs', import.meta.url).pathname, endpoint, String(batches)]);
+  const proc = spawn(process.execPath, [
+    new URL('./publish_sub.mjs', import.meta.url).pathname,
+    endpoint,
+    String(batches),
+  ]);
   const lines = createInterface({ input: proc.stdout });
   let ready;
   const readyP = new Promise((r) => (ready = r));
-  const result = new Promise((resolve) =>
-    lines.on('line', (l) => (l === 'ready' ? ready() : resolve(JSON.parse(l)))),
-  );
+  const result = new Promise((resolve) => lines.on('line', (l) => (l === 'ready' ? ready() : resolve(JSON.parse(l)))));
   return { ready: readyP, result };
 }
 

@@ -506,7 +506,11 @@ mod tests {
     assert!(ix.index().needs_recovery(w));
     let logged = ix.replay(2, 1);
     let b = codec::vllm::decode_batch(&logged[0].payload).unwrap().batch;
-    assert_eq!(b.events, vec![KvEvent::Cleared], "published as a clear of the rank");
+    assert_eq!(
+      b.events,
+      vec![KvEvent::Cleared],
+      "published as a clear of the rank"
+    );
   }
 
   #[test]
