@@ -65,3 +65,14 @@ impl fmt::Display for KvError {
 impl std::error::Error for KvError {}
 
 pub type KvResult<T> = Result<T, KvError>;
+
+/// Checks a JS number is a count in `1..=max` (an option named `name`).
+pub fn count_from_f64(name: &str, v: f64, max: usize) -> KvResult<usize> {
+  if v.fract() == 0.0 && (1.0..=max as f64).contains(&v) {
+    Ok(v as usize)
+  } else {
+    Err(KvError::invalid_arg(format!(
+      "{name} is {v}: an integer in 1..={max}"
+    )))
+  }
+}

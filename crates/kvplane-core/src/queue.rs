@@ -2,7 +2,7 @@
 //! is full, events are dropped and counted, and the drain turns each loss into a visible seq gap
 //! at the place in the stream where it happened.
 
-use crate::error::{KvError, KvResult};
+use crate::error::{count_from_f64, KvResult};
 use crate::event::KvEvent;
 use std::collections::VecDeque;
 
@@ -13,13 +13,7 @@ pub const MAX_QUEUE_SIZE: usize = 100_000_000;
 
 /// Checks a JS number is a usable `maxQueueSize`.
 pub fn queue_size_from_f64(v: f64) -> KvResult<usize> {
-  if v.fract() == 0.0 && (1.0..=MAX_QUEUE_SIZE as f64).contains(&v) {
-    Ok(v as usize)
-  } else {
-    Err(KvError::invalid_arg(format!(
-      "maxQueueSize is {v}: an integer in 1..={MAX_QUEUE_SIZE}"
-    )))
-  }
+  count_from_f64("maxQueueSize", v, MAX_QUEUE_SIZE)
 }
 
 pub struct EventQueue {

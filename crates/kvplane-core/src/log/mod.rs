@@ -2,7 +2,7 @@
 //! batch is kept as the bytes it was published as (encoded once, SPEC §6), which is what replay
 //! sends and about a quarter of the memory of the decoded events.
 
-use crate::error::{KvError, KvResult};
+use crate::error::{count_from_f64, KvResult};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -20,13 +20,7 @@ pub const MAX_BUFFER_STEPS: usize = 10_000_000;
 
 /// Checks a JS number is a usable `bufferSteps`.
 pub fn buffer_steps_from_f64(v: f64) -> KvResult<usize> {
-  if v.fract() == 0.0 && (1.0..=MAX_BUFFER_STEPS as f64).contains(&v) {
-    Ok(v as usize)
-  } else {
-    Err(KvError::invalid_arg(format!(
-      "bufferSteps is {v}: an integer in 1..={MAX_BUFFER_STEPS}"
-    )))
-  }
+  count_from_f64("bufferSteps", v, MAX_BUFFER_STEPS)
 }
 
 pub struct ReplayLog {
