@@ -37,6 +37,11 @@ export declare class NativeLocalIndexer {
    * once and logged; a seq is skipped where the queue lost events.
    */
   drain(queue: NativeEventQueue, maxEvents: number, ts: number, dpRank?: number | undefined | null): PublishedOut
+  /**
+   * `drain` off the JS thread: the events are taken from the queue at once (producers keep
+   * enqueuing meanwhile), then applied, encoded and logged on a worker thread.
+   */
+  drainAsync(queue: NativeEventQueue, maxEvents: number, ts: number, dpRank?: number | undefined | null): Promise<PublishedOut>
   /** Logged batches from `start` (the oldest retained if older), at most `max`. */
   replay(start: bigint, max: number): ReplayOut
   applyBatch(batch: BatchIn): ApplyReportOut

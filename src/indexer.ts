@@ -225,6 +225,20 @@ export class LocalIndexer {
   }
 
   /**
+   * `drain` off the JS thread: the events leave the queue at once; applying, encoding and logging
+   * run on a worker thread. Used by `KvEventPublisher`.
+   * @internal
+   */
+  drainAsync(
+    queue: native.NativeEventQueue,
+    maxEvents: number,
+    ts: number,
+    dpRank: number | null,
+  ): Promise<native.PublishedOut> {
+    return awaitNative(() => this.#native.drainAsync(queue, maxEvents, ts, dpRank));
+  }
+
+  /**
    * Per worker, how many consecutive leading blocks of a request it holds. The request is its
    * tokens (hashed here into the index's keys) or already its chained block hashes.
    */

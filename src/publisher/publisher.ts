@@ -69,8 +69,8 @@ export interface PublisherStats {
   failClosed: Array<{ dpRank: number; message: string }>;
 }
 
-/** Most events one drain cycle publishes before it yields to the event loop. */
-const EVENTS_PER_CYCLE = 64 * 1024;
+/** Most events one drain cycle takes (it holds the index lock while it applies them). */
+const EVENTS_PER_CYCLE = 16 * 1024;
 
 type Listener = (seqs: BigUint64Array, payloads: Buffer[]) => void;
 
@@ -92,6 +92,7 @@ export class KvEventPublisher {
   readonly #bind: boolean;
   readonly #listeners = new Set<Listener>();
   #scheduled = false;
+  #inFlight: Promise<void> | undefined;
   #closed = false;
   #events = 0;
   #batches = 0;
@@ -180,6 +181,11 @@ export class KvEventPublisher {
     return this.indexer.epoch;
   }
 
+  /** Events waiting in the publish queue (cheap: never waits on a drain in progress). */
+  get queued(): number {
+    return this.#closed ? 0 : this.#queue.length;
+  }
+
   get dataParallelRank(): number | null {
     return this.#rank;
   }
@@ -223,7 +229,10 @@ export class KvEventPublisher {
 
   /** Publishes everything queued and resolves once it is on the socket. */
   async flush(): Promise<void> {
-    while (!this.#closed && this.#queue.length > 0) this.#drain();
+    while (!this.#closed && (this.#inFlight || this.#queue.length > 0)) {
+      if (this.#inFlight) await this.#inFlight;
+      else this.#drainNow();
+    }
     await this.#writer.flushed();
   }
 
@@ -264,18 +273,32 @@ export class KvEventPublisher {
   }
 
   #schedule(): void {
-    if (this.#scheduled) return;
+    if (this.#scheduled || this.#inFlight) return;
     this.#scheduled = true;
     setImmediate(() => {
       this.#scheduled = false;
-      if (this.#closed) return;
-      this.#drain();
-      if (this.#queue.length > 0) this.#schedule();
+      if (!this.#closed && !this.#inFlight) this.#drainNow();
     });
   }
 
-  #drain(): void {
-    const out = this.indexer.drain(this.#queue, EVENTS_PER_CYCLE, Date.now() / 1000, this.#rank);
+  /** One drain cycle off the JS thread; the next starts when it is done (seqs stay in order). */
+  #drainNow(): void {
+    const cycle = this.indexer
+      .drainAsync(this.#queue, EVENTS_PER_CYCLE, Date.now() / 1000, this.#rank)
+      .then(
+        (out) => this.#sent(out),
+        () => {
+          // Only a closed index fails here; close() has already published what it could.
+        },
+      )
+      .finally(() => {
+        this.#inFlight = undefined;
+        if (!this.#closed && this.#queue.length > 0) this.#schedule();
+      });
+    this.#inFlight = cycle;
+  }
+
+  #sent(out: native.PublishedOut): void {
     this.#events += out.events;
     this.#batches += out.seqs.length;
     this.#gaps += out.gaps;

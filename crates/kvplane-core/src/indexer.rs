@@ -8,7 +8,7 @@ use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
 use crate::hash::{hash_blocks, Algo, HashOptions};
 use crate::index::{Index, IndexConfig, MatchOptions, Matches, WorkerDump, WorkerKey};
 use crate::log::{Logged, ReplayLog, DEFAULT_BUFFER_STEPS};
-use crate::queue::EventQueue;
+use crate::queue::{EventQueue, Taken};
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -238,12 +238,22 @@ impl LocalIndexer {
     ts: f64,
     dp_rank: Option<i32>,
   ) -> KvResult<Drained> {
+    self.publish_segments(queue.take_segments(max_events), ts, dp_rank)
+  }
+
+  /// Publishes segments taken from a publish queue, in order, skipping a seq after each segment
+  /// that ended at a loss.
+  pub fn publish_segments(
+    &mut self,
+    segments: Vec<Taken>,
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> KvResult<Drained> {
     let mut out = Drained::default();
-    while out.events < max_events && !queue.is_empty() {
-      let taken = queue.take(max_events - out.events);
-      out.events += taken.events.len();
-      out.batches.extend(self.publish(taken.events, ts, dp_rank)?);
-      if taken.gap_after {
+    for seg in segments {
+      out.events += seg.events.len();
+      out.batches.extend(self.publish(seg.events, ts, dp_rank)?);
+      if seg.gap_after {
         self.skip_seq();
         out.gaps += 1;
       }

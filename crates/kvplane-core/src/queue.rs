@@ -80,6 +80,18 @@ impl EventQueue {
     }
   }
 
+  /// Takes up to `max` events from the head as segments, each ending at a loss or at the end.
+  pub fn take_segments(&mut self, max: usize) -> Vec<Taken> {
+    let mut out = Vec::new();
+    let mut taken = 0;
+    while taken < max && !self.is_empty() {
+      let t = self.take(max - taken);
+      taken += t.events.len();
+      out.push(t);
+    }
+    out
+  }
+
   pub fn len(&self) -> usize {
     self.events.len()
   }

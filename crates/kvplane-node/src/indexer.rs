@@ -10,7 +10,8 @@ use kvplane_core::codec::{recover, Dialect, Format};
 use kvplane_core::event::KvEvent;
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
 use kvplane_core::index::{IndexConfig, KeyBy, MatchOptions, WorkerDump, WorkerKey};
-use kvplane_core::indexer::{LocalIndexer, LocalIndexerConfig, Recovery};
+use kvplane_core::indexer::{Drained, LocalIndexer, LocalIndexerConfig, Recovery};
+use kvplane_core::queue::Taken;
 use kvplane_core::{ErrorCode, KvError, KvResult};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -281,6 +282,52 @@ pub struct PublishedOut {
   pub gaps: u32,
 }
 
+fn published_out(d: Drained) -> PublishedOut {
+  let mut out = PublishedOut {
+    seqs: BigUint64Array::new(d.batches.iter().map(|b| b.seq).collect()),
+    payloads: Vec::with_capacity(d.batches.len()),
+    errors: Vec::new(),
+    events: d.events as u32,
+    gaps: d.gaps as u32,
+  };
+  for b in d.batches {
+    out.payloads.push(b.payload.to_vec().into());
+    out
+      .errors
+      .extend(b.errors.into_iter().map(|e| ApplyErrorOut {
+        code: e.code.as_str().to_string(),
+        message: e.message,
+      }));
+  }
+  out
+}
+
+pub struct DrainTask {
+  inner: Shared,
+  segments: Option<Vec<Taken>>,
+  ts: f64,
+  dp_rank: Option<i32>,
+}
+
+impl Task for DrainTask {
+  type Output = Drained;
+  type JsValue = PublishedOut;
+
+  fn compute(&mut self) -> napi::Result<Self::Output> {
+    let segments = self.segments.take().unwrap_or_default();
+    guard(|| {
+      with(&self.inner, |ix| {
+        ix.publish_segments(segments, self.ts, self.dp_rank)
+      })
+    })
+    .map_err(|e| napi::Error::new(Status::GenericFailure, e.to_string()))
+  }
+
+  fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
+    Ok(published_out(output))
+  }
+}
+
 #[napi(object)]
 pub struct ReplayOut {
   pub seqs: BigUint64Array,
@@ -437,23 +484,28 @@ impl NativeLocalIndexer {
       let d = with(&self.inner, |ix| {
         ix.drain(&mut q, max_events as usize, ts, dp_rank)
       })?;
-      let mut out = PublishedOut {
-        seqs: BigUint64Array::new(d.batches.iter().map(|b| b.seq).collect()),
-        payloads: Vec::with_capacity(d.batches.len()),
-        errors: Vec::new(),
-        events: d.events as u32,
-        gaps: d.gaps as u32,
-      };
-      for b in d.batches {
-        out.payloads.push(b.payload.to_vec().into());
-        out
-          .errors
-          .extend(b.errors.into_iter().map(|e| ApplyErrorOut {
-            code: e.code.as_str().to_string(),
-            message: e.message,
-          }));
-      }
-      Ok(out)
+      Ok(published_out(d))
+    })
+  }
+
+  /// `drain` off the JS thread: the events are taken from the queue at once (producers keep
+  /// enqueuing meanwhile), then applied, encoded and logged on a worker thread.
+  #[napi(ts_return_type = "Promise<PublishedOut>")]
+  pub fn drain_async(
+    &self,
+    queue: &NativeEventQueue,
+    max_events: u32,
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> Result<AsyncTask<DrainTask>, Code> {
+    guard_js(|| {
+      with(&self.inner, |_| Ok(()))?;
+      Ok(AsyncTask::new(DrainTask {
+        inner: self.inner.clone(),
+        segments: Some(queue.lock().take_segments(max_events as usize)),
+        ts,
+        dp_rank,
+      }))
     })
   }
 
