@@ -33,13 +33,10 @@ export declare class NativeLocalIndexer {
   recoverQuery(start: string | undefined | null, end: string | undefined | null, msgpack: boolean): Promise<RecoverAnswer>
   constructor(options: NativeIndexerOptions)
   /**
-   * Publishes up to `maxEvents` queued events: batches of at most 1024, each applied, encoded
-   * once and logged; a seq is skipped where the queue lost events.
-   */
-  drain(queue: NativeEventQueue, maxEvents: number, ts: number, dpRank?: number | undefined | null): PublishedOut
-  /**
-   * `drain` off the JS thread: the events are taken from the queue at once (producers keep
-   * enqueuing meanwhile), then applied, encoded and logged on a worker thread.
+   * Publishes up to `maxEvents` queued events off the JS thread: they are taken from the queue
+   * at once (producers keep enqueuing meanwhile), then packed into batches of at most 1024,
+   * applied, encoded once and logged on a worker thread; a seq is skipped where the queue lost
+   * events.
    */
   drainAsync(queue: NativeEventQueue, maxEvents: number, ts: number, dpRank?: number | undefined | null): Promise<PublishedOut>
   /** Logged batches from `start` (the oldest retained if older), at most `max`. */

@@ -215,18 +215,10 @@ export class LocalIndexer {
   }
 
   /**
-   * Publishes up to `maxEvents` events of a publish queue: batches of at most 1024 events, each
-   * applied, encoded once and logged under the next seq (a seq is skipped where the queue lost
-   * events). Used by `KvEventPublisher`.
-   * @internal
-   */
-  drain(queue: native.NativeEventQueue, maxEvents: number, ts: number, dpRank: number | null): native.PublishedOut {
-    return callNative(() => this.#native.drain(queue, maxEvents, ts, dpRank));
-  }
-
-  /**
-   * `drain` off the JS thread: the events leave the queue at once; applying, encoding and logging
-   * run on a worker thread. Used by `KvEventPublisher`.
+   * Publishes up to `maxEvents` events of a publish queue: they leave the queue at once; on a
+   * worker thread they are packed into batches of at most 1024 events, each applied, encoded once
+   * and logged under the next seq (a seq is skipped where the queue lost events). Used by
+   * `KvEventPublisher`.
    * @internal
    */
   drainAsync(

@@ -469,27 +469,10 @@ impl NativeLocalIndexer {
     })
   }
 
-  /// Publishes up to `maxEvents` queued events: batches of at most 1024, each applied, encoded
-  /// once and logged; a seq is skipped where the queue lost events.
-  #[napi]
-  pub fn drain(
-    &self,
-    queue: &NativeEventQueue,
-    max_events: u32,
-    ts: f64,
-    dp_rank: Option<i32>,
-  ) -> Result<PublishedOut, Code> {
-    guard_js(|| {
-      let mut q = queue.lock();
-      let d = with(&self.inner, |ix| {
-        ix.drain(&mut q, max_events as usize, ts, dp_rank)
-      })?;
-      Ok(published_out(d))
-    })
-  }
-
-  /// `drain` off the JS thread: the events are taken from the queue at once (producers keep
-  /// enqueuing meanwhile), then applied, encoded and logged on a worker thread.
+  /// Publishes up to `maxEvents` queued events off the JS thread: they are taken from the queue
+  /// at once (producers keep enqueuing meanwhile), then packed into batches of at most 1024,
+  /// applied, encoded once and logged on a worker thread; a seq is skipped where the queue lost
+  /// events.
   #[napi(ts_return_type = "Promise<PublishedOut>")]
   pub fn drain_async(
     &self,
