@@ -13,6 +13,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { decode as msgpackDecode } from '@msgpack/msgpack';
 import { TsIndex } from './baseline/ts-index.mjs';
+import { batchesByRank } from './churn.mjs';
 import { pinToOneCpu } from './pin.mjs';
 import { nextHash, rand } from './prng.mjs';
 
@@ -82,15 +83,7 @@ function tsApplyEncoded(ts, bytes) {
     for (let i = 0; i < evs.length; i += 1024)
       load.push(encodeBatch({ ts: 1, dpRank: r, events: evs.slice(i, i + 1024) }, 'vllm'));
   }
-  const batches = [];
-  for (let i = 0; i < churn.length; i += 64) {
-    const byRank = new Map();
-    for (const { rank, ev } of churn.slice(i, i + 64)) {
-      if (!byRank.has(rank)) byRank.set(rank, []);
-      byRank.get(rank).push(ev);
-    }
-    for (const [dpRank, events] of byRank) batches.push(encodeBatch({ ts: 2, dpRank, events }, 'vllm'));
-  }
+  const batches = batchesByRank(churn).map((b) => encodeBatch({ ts: 2, ...b }, 'vllm'));
   const ops = churn.reduce((n, c) => n + c.ev.blockHashes.length, 0);
   const ix = new LocalIndexer({ blockSize: BS, retainTokens: false, bufferSteps: 16 });
   for (const b of load) ix.applyEncoded(b, 'vllm');

@@ -6,6 +6,7 @@
 import { createRequire } from 'node:module';
 import { cpus } from 'node:os';
 import { TsIndex } from './baseline/ts-index.mjs';
+import { batchesByRank } from './churn.mjs';
 import { pinToOneCpu } from './pin.mjs';
 import { nextHash, rand } from './prng.mjs';
 
@@ -155,16 +156,8 @@ const row = (what, kv, base, ratio, target) => rows.push({ what, kv, base, ratio
   }
   const perRank = Array.from({ length: ranks }, () => []);
   for (const { rank, ev } of resident) perRank[rank].push(ev);
-  // Batches of up to 1024 events per rank, in arrival order.
-  const batches = [];
-  for (let i = 0; i < churn.length; i += 64) {
-    const byRank = new Map();
-    for (const { rank, ev } of churn.slice(i, i + 64)) {
-      if (!byRank.has(rank)) byRank.set(rank, []);
-      byRank.get(rank).push(ev);
-    }
-    for (const [dpRank, events] of byRank) batches.push({ dpRank, events });
-  }
+  // One batch per rank in each 64-event window, in arrival order.
+  const batches = batchesByRank(churn);
   const ops = churn.reduce((n, c) => n + c.ev.blockHashes.length, 0);
   // Each side with only its own index in the heap.
   const ix = loadKvplane(perRank, false);

@@ -4,3 +4,11 @@ export function withDefaults<T extends object>(defaults: Required<T>, options: T
   for (const [k, v] of Object.entries(options)) if (v !== undefined) out[k] = v;
   return out as Required<T>;
 }
+
+/**
+ * The camelCase option a JSON config key names: its snake_case form via `names`, or the camelCase
+ * name itself; `undefined` for an unknown key.
+ */
+export function camelKey<K extends string>(names: Record<string, K>, key: string): K | undefined {
+  return names[key] ?? (Object.values(names).includes(key as K) ? (key as K) : undefined);
+}

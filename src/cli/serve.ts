@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { KvPlaneError } from '../errors.js';
 import type { ZmqFormat } from '../indexer.js';
+import { camelKey } from '../options.js';
 import { kvEventsConfigFromJson } from '../publisher/config.js';
 import { KvEventPublisher, type KvEventPublisherOptions } from '../publisher/publisher.js';
 import { KvHttpServer } from '../server/http.js';
@@ -159,7 +160,7 @@ function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): void {
   if (http === null) c.http = null;
   else if (http !== undefined) c.http = { ...(c.http ?? { host: '127.0.0.1', port: 5559 }), ...(http as object) };
   for (const [k, v] of Object.entries((sim ?? {}) as Record<string, unknown>)) {
-    const name = SIM_KEYS[k] ?? (Object.values(SIM_KEYS).includes(k as keyof SimEngineOptions) ? k : undefined);
+    const name = camelKey(SIM_KEYS, k);
     if (name === undefined) bad(`unknown sim config key ${JSON.stringify(k)}`);
     (c.sim as Record<string, unknown>)[name] = v;
   }

@@ -1,4 +1,5 @@
 import { invalidArg } from '../errors.js';
+import { camelKey } from '../options.js';
 
 /**
  * Publisher settings under the names of vLLM's `KVEventsConfig` (camelCase here; the snake_case
@@ -51,7 +52,7 @@ export function kvEventsConfigFromJson(json: Record<string, unknown>): KvEventsC
       if (key === 'publisher') out.publisher = value;
       continue;
     }
-    const name = SNAKE[key] ?? (Object.values(SNAKE).includes(key as keyof KvEventsConfig) ? key : undefined);
+    const name = camelKey(SNAKE, key);
     if (name === undefined) invalidArg(`unknown KV events config key ${JSON.stringify(key)}`);
     out[name] = value;
   }
