@@ -39,8 +39,15 @@ export declare class NativeLocalIndexer {
    * events.
    */
   drainAsync(queue: NativeEventQueue, maxEvents: number, ts: number, dpRank?: number | undefined | null): Promise<PublishedOut>
-  /** Logged batches from `start` (the oldest retained if older), at most `max`. */
-  replay(start: bigint, max: number): ReplayOut
+  /** Where a gRPC subscription from `start` begins (0 = live). */
+  cursor(start: bigint): CursorOut
+  /** Whether batches published from now on also come out as SMG protobuf (`protoPayloads`). */
+  setProtoStream(on: boolean): void
+  /**
+   * Logged batches from `start` (the oldest retained if older), at most `max`, in the log format
+   * or re-encoded in `format` (`smg_proto` for gRPC subscribers).
+   */
+  replay(start: bigint, max: number, format?: string | undefined | null): ReplayOut
   applyBatch(batch: BatchIn): ApplyReportOut
   /**
    * Scores workers for a request: its tokens (`Uint32Array` or numbers), hashed as the index's keys, or
@@ -83,6 +90,16 @@ export interface BatchOut {
 }
 
 /**
+ * Where a subscription begins: `live`, `replay` from `start`, or `expired` (with the status
+ * message for the consumer).
+ */
+export interface CursorOut {
+  kind: string
+  start: bigint
+  message?: string
+}
+
+/**
  * Decodes a payload; a stored event that cannot be indexed losslessly is
  * `ERR_UNSUPPORTED_LAYOUT` (SPEC §3.1).
  */
@@ -95,6 +112,9 @@ export interface DecodedOut {
   /** Events of unknown kinds, skipped. */
   unknownEvents: number
 }
+
+/** Reads SMG's `SubscribeKvEventsRequest`: its `start_sequence_number`. */
+export declare function decodeSubscribeRequest(bytes: Buffer): bigint
 
 export interface DiffIo {
   old: number
@@ -114,6 +134,9 @@ export interface EncodedApplyOut {
   events: number
   unknownEvents: number
 }
+
+/** Encodes SMG's `SubscribeKvEventsRequest` (`start` 0 = live from now). */
+export declare function encodeSubscribeRequest(start: bigint): Buffer
 
 export interface EventColumnsIn {
   /** Per event: 0 stored, 1 removed, 2 cleared. */
@@ -265,6 +288,8 @@ export interface PublishedOut {
   seqs: BigUint64Array
   /** One encoded payload per seq. */
   payloads: Array<Buffer>
+  /** The same batches as SMG protobuf `KvEventBatch`es, when the proto stream is on (else empty). */
+  protoPayloads: Array<Buffer>
   /** Events that failed closed. */
   errors: Array<ApplyErrorOut>
   events: number

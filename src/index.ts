@@ -45,10 +45,25 @@ export {
   type Matches,
   type RecoverAnswer,
   type Recovery,
+  type SubscribeCursor,
   type Worker,
   type WorkerEvents,
   type ZmqFormat,
 } from './indexer.js';
+export {
+  type GrpcStats,
+  type GrpcTlsOptions,
+  KvGrpcServer,
+  type KvGrpcServerOptions,
+} from './grpc/server.js';
+export {
+  decodeSubscribeRequest,
+  encodeSubscribeRequest,
+  KV_EVENT_SERVICES,
+  type KvEventService,
+  subscribeDefinition,
+  subscribePath,
+} from './grpc/services.js';
 export {
   endpointForRank,
   type KvEventsConfig,
@@ -59,6 +74,7 @@ export {
   type EventColumns,
   KvEventPublisher,
   type KvEventPublisherOptions,
+  type PublishedBatches,
   type PublisherStats,
 } from './publisher/publisher.js';
 export { KvHttpServer, type KvHttpServerOptions, type SourceInfo } from './server/http.js';

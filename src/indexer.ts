@@ -36,6 +36,11 @@ export interface LoggedBatches {
   payloads: Buffer[];
 }
 
+/** Where a subscription begins; see `LocalIndexer.cursor`. */
+export type SubscribeCursor =
+  | { kind: 'live' | 'replay'; start: bigint }
+  | { kind: 'expired'; start: bigint; message: string };
+
 /** A `/kv_recover` answer, encoded. */
 export interface RecoverAnswer {
   kind: Recovery['kind'];
@@ -208,10 +213,31 @@ export class LocalIndexer {
 
   /**
    * Logged batches from `start` as they were published (the oldest retained if `start` is older,
-   * as vLLM's replay does), at most `max` of them.
+   * as vLLM's replay does), at most `max` of them; with `'smg_proto'`, re-encoded as the same
+   * `KvEventBatch` bytes the gRPC stream carried.
    */
-  replay(start: bigint, max: number): LoggedBatches {
-    return callNative(() => this.#native.replay(start, max));
+  replay(start: bigint, max: number, format?: 'smg_proto'): LoggedBatches {
+    return callNative(() => this.#native.replay(start, max, format));
+  }
+
+  /**
+   * Where a gRPC subscription from `start` begins (spec §6): `live` (0), `replay` from `start`
+   * (within the log, or the next seq), or `expired` with the status message for the consumer.
+   */
+  cursor(start: bigint): SubscribeCursor {
+    const c = callNative(() => this.#native.cursor(start));
+    return c.kind === 'expired'
+      ? { kind: 'expired', start: c.start, message: c.message ?? '' }
+      : { kind: c.kind as 'live' | 'replay', start: c.start };
+  }
+
+  /**
+   * Whether batches published from now on are also encoded, once each, as SMG protobuf
+   * `KvEventBatch`es (`protoPayloads` of a drain), for gRPC subscribers.
+   * @internal
+   */
+  setProtoStream(on: boolean): void {
+    callNative(() => this.#native.setProtoStream(on));
   }
 
   /**

@@ -5,7 +5,7 @@ import { parseServeArgs, type Serving, serveHelp, startServe } from './serve.js'
 const USAGE = `Usage: kvplane <command> [flags]
 
 Commands:
-  serve     run an engine node (simulated engine, ZMQ stream with replay, HTTP recovery)
+  serve     run an engine node (simulated engine, ZMQ stream with replay, HTTP recovery, gRPC)
 
 Run "kvplane serve --help" for its flags.
 `;
@@ -33,9 +33,11 @@ function reportStatus(s: Serving, seconds: number): () => void {
     const batchesPerSec = (p.batches - last.batches) / dt;
     last = { events: p.events, batches: p.batches, at: now };
     const drops = p.drops.queue_full + p.drops.send_failed;
+    const g = s.grpc?.stats();
+    const grpcSubs = g?.subscribers ?? 0;
     if (tty) {
       process.stdout.write(
-        `\r\x1b[Kseq ${p.lastSeq} | ${rate(eventsPerSec)} events/s | ${rate(batchesPerSec)} batches/s | blocks ${ix.blocks} | subscribers ${p.subscribers} | drops ${drops} | gaps ${p.gaps} | replays ${p.replay.requests}`,
+        `\r\x1b[Kseq ${p.lastSeq} | ${rate(eventsPerSec)} events/s | ${rate(batchesPerSec)} batches/s | blocks ${ix.blocks} | subscribers ${p.subscribers + grpcSubs} | drops ${drops} | gaps ${p.gaps} | replays ${p.replay.requests}`,
       );
     } else {
       log({
@@ -48,6 +50,8 @@ function reportStatus(s: Serving, seconds: number): () => void {
         batches: p.batches,
         blocks: ix.blocks,
         subscribers: p.subscribers,
+        grpc_subscribers: grpcSubs,
+        grpc_cut_off: g?.cutOff ?? 0,
         drops: p.drops,
         gaps: p.gaps,
         replay_requests: p.replay.requests,
@@ -75,6 +79,7 @@ async function serve(argv: string[]): Promise<void> {
     endpoint: s.publisher.endpoint,
     replay_endpoint: s.publisher.replayEndpoint,
     http: s.http?.url ?? null,
+    grpc_port: s.grpc?.port ?? null,
     epoch: s.publisher.epoch,
     dp_rank: s.publisher.dataParallelRank,
   });

@@ -72,7 +72,16 @@ export interface PublisherStats {
 /** Most events one drain cycle takes (it holds the index lock while it applies them). */
 const EVENTS_PER_CYCLE = 16 * 1024;
 
-type Listener = (seqs: BigUint64Array, payloads: Buffer[]) => void;
+/** Batches one drain cycle published, in seq order. */
+export interface PublishedBatches {
+  seqs: BigUint64Array;
+  /** The payloads as sent on the ZMQ stream. */
+  payloads: Buffer[];
+  /** The same batches as SMG protobuf `KvEventBatch`es, once `enableProtoStream()` was called. */
+  protoPayloads: Buffer[];
+}
+
+type Listener = (batches: PublishedBatches) => void;
 
 /**
  * Publishes one numbered KV event stream (spec §3.1, §6): `publish()` enqueues and returns at
@@ -220,11 +229,25 @@ export class KvEventPublisher {
 
   /**
    * Calls `listener` with every batch published from now on (seqs and the encoded payloads, as
-   * sent); returns a function that removes it.
+   * sent), after the ZMQ send is queued; returns a function that removes it.
    */
   onBatches(listener: Listener): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
+  }
+
+  /**
+   * Also encodes every batch published from now on as SMG protobuf, once per batch, for gRPC
+   * subscribers (`PublishedBatches.protoPayloads`).
+   */
+  enableProtoStream(): void {
+    this.#open();
+    this.indexer.setProtoStream(true);
+  }
+
+  /** Ranks whose source failed closed (unsupported layout), with the reason; empty when healthy. */
+  get failClosed(): ReadonlyArray<{ dpRank: number; message: string }> {
+    return [...this.#failClosed].map(([dpRank, message]) => ({ dpRank, message }));
   }
 
   /** Publishes everything queued and resolves once it is on the socket. */
@@ -246,7 +269,7 @@ export class KvEventPublisher {
       gaps: this.#gaps,
       subscribers: this.#subscribers,
       replay: { ...(this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, batchesSent: 0 }) },
-      failClosed: [...this.#failClosed].map(([dpRank, message]) => ({ dpRank, message })),
+      failClosed: [...this.failClosed],
     };
   }
 
@@ -307,7 +330,10 @@ export class KvEventPublisher {
     for (let i = 0; i < out.seqs.length; i++) {
       this.#writer.push([this.#topic, seqFrame(out.seqs[i] as bigint), out.payloads[i] as Buffer]);
     }
-    for (const l of this.#listeners) l(out.seqs, out.payloads);
+    if (this.#listeners.size > 0) {
+      const batches = { seqs: out.seqs, payloads: out.payloads, protoPayloads: out.protoPayloads };
+      for (const l of this.#listeners) l(batches);
+    }
   }
 
   async #watch(): Promise<void> {

@@ -1,6 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { KvGrpcServer } from '../grpc/server.js';
 import type { KvEventPublisher } from '../publisher/publisher.js';
+import { bearerMatches } from './auth.js';
 import { publisherMetrics, type RecoverCounts } from './metrics.js';
 
 /** An input feeding the publisher, as `/healthz` lists it. */
@@ -17,6 +19,10 @@ export interface KvHttpServerOptions {
   /** Default 0 (the OS picks; read `port`). */
   port?: number;
   sources?: readonly SourceInfo[];
+  /** When set, every request must carry `Authorization: Bearer <token>` (else 401). */
+  authToken?: string;
+  /** The node's gRPC server, for its figures in `/metrics` and `/healthz`. */
+  grpc?: KvGrpcServer | null;
 }
 
 /** JSON with bigints written as exact integers. */
@@ -35,6 +41,8 @@ export class KvHttpServer {
   readonly #server: Server;
   readonly #publisher: KvEventPublisher;
   readonly #sources: readonly SourceInfo[];
+  readonly #token: string | undefined;
+  readonly #grpc: KvGrpcServer | null;
   readonly #recover: RecoverCounts = { Events: 0, TreeDump: 0, TooNew: 0, InvalidRange: 0 };
   readonly #metrics;
 
@@ -42,7 +50,10 @@ export class KvHttpServer {
     this.#server = server;
     this.#publisher = opts.publisher;
     this.#sources = opts.sources ?? [];
-    this.#metrics = publisherMetrics(opts.publisher, this.#recover);
+    this.#token = opts.authToken;
+    this.#grpc = opts.grpc ?? null;
+    const grpc = this.#grpc;
+    this.#metrics = publisherMetrics(opts.publisher, this.#recover, grpc ? () => grpc.stats() : undefined);
   }
 
   static async create(opts: KvHttpServerOptions): Promise<KvHttpServer> {
@@ -74,6 +85,10 @@ export class KvHttpServer {
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const url = new URL(req.url ?? '/', 'http://localhost');
     try {
+      if (this.#token !== undefined && !bearerMatches(req.headers.authorization, this.#token)) {
+        res.setHeader('www-authenticate', 'Bearer');
+        return this.#send(res, 401, 'application/json', '{"error":"missing or wrong bearer token"}');
+      }
       if (req.method !== 'GET' && req.method !== 'HEAD') {
         return this.#send(res, 405, 'application/json', '{"error":"method not allowed"}');
       }
@@ -125,6 +140,7 @@ export class KvHttpServer {
       })),
       fail_closed: s.failClosed.map((f) => ({ dp_rank: f.dpRank, reason: f.message })),
       subscribers: s.subscribers,
+      grpc_subscribers: this.#grpc?.stats().subscribers ?? null,
       queued: s.queued,
       drops: s.drops,
     });

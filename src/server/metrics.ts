@@ -1,4 +1,5 @@
 import { Counter, Gauge, Registry } from 'prom-client';
+import type { GrpcStats } from '../grpc/server.js';
 import type { KvEventPublisher } from '../publisher/publisher.js';
 
 const INDEX_DROPS = ['unknown_parent', 'unknown_removed', 'duplicate_store', 'unsupported_layout'] as const;
@@ -10,7 +11,11 @@ export type RecoverCounts = Record<'Events' | 'TreeDump' | 'TooNew' | 'InvalidRa
  * Prometheus metrics of a publisher, read from its counters at scrape time (nothing is counted
  * twice and nothing on the hot path touches prom-client).
  */
-export function publisherMetrics(publisher: KvEventPublisher, recover: RecoverCounts): Registry {
+export function publisherMetrics(
+  publisher: KvEventPublisher,
+  recover: RecoverCounts,
+  grpc?: () => GrpcStats,
+): Registry {
   const registry = new Registry();
   const stats = () => publisher.stats();
   const index = () => (publisher.closed ? undefined : publisher.indexer.stats());
@@ -76,5 +81,24 @@ export function publisherMetrics(publisher: KvEventPublisher, recover: RecoverCo
       for (const [answer, n] of Object.entries(recover)) this.inc({ answer }, n);
     },
   });
+  if (grpc) {
+    gauge('kvplane_grpc_subscribers', 'Open gRPC SubscribeKvEvents streams', () => grpc().subscribers);
+    counter('kvplane_grpc_batches_sent_total', 'Batches handed to gRPC subscribers', () => grpc().batchesSent);
+    counter(
+      'kvplane_grpc_cut_off_total',
+      'gRPC subscribers cut off for falling behind (RESOURCE_EXHAUSTED)',
+      () => grpc().cutOff,
+    );
+    new Counter({
+      name: 'kvplane_grpc_subscribes_total',
+      help: 'gRPC subscriptions, by outcome',
+      labelNames: ['outcome'],
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [outcome, n] of Object.entries(grpc().subscribes)) this.inc({ outcome }, n);
+      },
+    });
+  }
   return registry;
 }

@@ -65,6 +65,27 @@ pub enum Recovery {
   },
 }
 
+/// Where a gRPC subscription from a start seq begins (SPEC §6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cursor {
+  /// Start 0: live from the next batch.
+  Live,
+  /// Replay the log from this seq, then live (it may be `last_seq + 1`: nothing to replay).
+  Replay(u64),
+  /// Older than the log, or beyond the newest batch (a consumer of another epoch): the consumer
+  /// must clear its state and subscribe from 0.
+  Expired { requested: u64, oldest: u64 },
+}
+
+impl Cursor {
+  /// The status message SMG recognizes for an expired cursor.
+  pub fn expired_message(requested: u64, oldest: u64) -> String {
+    format!(
+      "expired KV event replay cursor: requested sequence {requested}, oldest available sequence {oldest}"
+    )
+  }
+}
+
 /// What applying a batch did.
 #[derive(Debug, Clone, Default)]
 pub struct ApplyReport {
@@ -74,6 +95,8 @@ pub struct ApplyReport {
   pub errors: Vec<KvError>,
   /// The batch as logged and published (in the log format).
   pub payload: Arc<[u8]>,
+  /// The same batch as SMG's protobuf `KvEventBatch`, when the proto stream is on.
+  pub proto: Option<Vec<u8>>,
 }
 
 /// What applying an encoded payload did.
@@ -103,6 +126,8 @@ pub struct LocalIndexer {
   index: Index,
   log: ReplayLog,
   last_seq: u64,
+  /// Also encode each batch as SMG's protobuf (for gRPC subscribers).
+  proto_stream: bool,
 }
 
 impl LocalIndexer {
@@ -118,6 +143,7 @@ impl LocalIndexer {
       log: ReplayLog::new(cfg.buffer_steps),
       cfg,
       last_seq: 0,
+      proto_stream: false,
     })
   }
 
@@ -150,6 +176,12 @@ impl LocalIndexer {
 
   pub fn log_format(&self) -> Format {
     self.cfg.log_format
+  }
+
+  /// Whether each batch applied from now on is also encoded as SMG's protobuf `KvEventBatch`
+  /// (`ApplyReport::proto`), once, for every gRPC subscriber to share.
+  pub fn set_proto_stream(&mut self, on: bool) {
+    self.proto_stream = on;
   }
 
   pub fn epoch(&self) -> u64 {
@@ -197,6 +229,9 @@ impl LocalIndexer {
       }
     }
     let payload: Arc<[u8]> = codec::encode(&batch, self.cfg.log_format).into();
+    let proto = self
+      .proto_stream
+      .then(|| codec::encode(&batch, Format::SmgProto));
     self.last_seq = batch.seq;
     self.log.push(Logged {
       seq: batch.seq,
@@ -206,6 +241,7 @@ impl LocalIndexer {
       seq: batch.seq,
       errors,
       payload,
+      proto,
     })
   }
 
@@ -286,6 +322,54 @@ impl LocalIndexer {
     self.log.range(from, to)
   }
 
+  /// Where a subscription from `start` begins: live (0), a replay of the log (`start` within
+  /// `oldest..=last_seq + 1`), or an expired cursor (older than the log, or past `last_seq + 1`).
+  pub fn cursor(&self, start: u64) -> Cursor {
+    if start == 0 {
+      return Cursor::Live;
+    }
+    let next = self.last_seq + 1;
+    let oldest = self.log.oldest_seq().unwrap_or(next);
+    if start >= oldest && start <= next {
+      Cursor::Replay(start)
+    } else {
+      Cursor::Expired {
+        requested: start,
+        oldest,
+      }
+    }
+  }
+
+  /// Like [`Self::replay`], re-encoded in `format` (`SmgProto` for gRPC subscribers): the same
+  /// bytes the live stream carried for those seqs in that format.
+  pub fn replay_as(&self, start: u64, max: usize, format: Format) -> Vec<Logged> {
+    if format == self.cfg.log_format {
+      return self.replay(start, max);
+    }
+    self
+      .replay(start, max)
+      .into_iter()
+      .map(|l| Logged {
+        seq: l.seq,
+        payload: codec::encode(&self.decode_logged(&l), format).into(),
+      })
+      .collect()
+  }
+
+  /// A logged batch, decoded, with its seq.
+  fn decode_logged(&self, l: &Logged) -> Batch {
+    let dialect = match self.cfg.log_format {
+      Format::Sglang => Dialect::Sglang,
+      _ => Dialect::Vllm,
+    };
+    let mut b = codec::decode(&l.payload, dialect)
+      .expect("the log holds batches this indexer encoded")
+      .batches
+      .remove(0);
+    b.seq = l.seq;
+    b
+  }
+
   /// Decodes a payload of `dialect` and applies its batches (one, except for a TensorRT-LLM
   /// JSON list spanning ranks or a batch of more than 1024 events), each under the next seq.
   /// Nothing is applied if the bytes do not decode.
@@ -323,22 +407,11 @@ impl LocalIndexer {
     match self.log.oldest_seq() {
       Some(oldest) if start >= oldest => {
         let end = end.unwrap_or(last_seq).min(last_seq);
-        let dialect = match self.cfg.log_format {
-          Format::Sglang => Dialect::Sglang,
-          _ => Dialect::Vllm,
-        };
         let batches = self
           .log
           .range(start, end)
-          .into_iter()
-          .map(|l| {
-            let mut b = codec::decode(&l.payload, dialect)
-              .expect("the log holds batches this indexer encoded")
-              .batches
-              .remove(0);
-            b.seq = l.seq;
-            b
-          })
+          .iter()
+          .map(|l| self.decode_logged(l))
           .collect();
         Recovery::Events {
           batches,
@@ -550,6 +623,57 @@ mod tests {
       }
       other => panic!("{other:?}"),
     }
+  }
+
+  #[test]
+  fn the_proto_stream_is_encoded_once_per_batch_and_replays_to_the_same_bytes() {
+    let mut ix = indexer(100);
+    let first = ix.publish(vec![stored(&[1], None)], 1.0, Some(0)).unwrap();
+    assert!(first[0].proto.is_none(), "off by default");
+    ix.set_proto_stream(true);
+    let mut events = vec![stored(&[2, 3], Some(1)), KvEvent::Cleared];
+    events.push(KvEvent::Removed(crate::event::RemovedEvent {
+      block_hashes: vec![3],
+      ..Default::default()
+    }));
+    let live = ix.publish(events, 3.5, Some(0)).unwrap();
+    let proto = live[0].proto.clone().unwrap();
+    let decoded = codec::decode(&proto, Dialect::SmgProto).unwrap();
+    let b = &decoded.batches[0];
+    assert_eq!((b.seq, b.ts, b.dp_rank, b.events.len()), (2, 3.5, Some(0), 3));
+    let replayed = ix.replay_as(1, 10, Format::SmgProto);
+    assert_eq!(
+      replayed.iter().map(|l| l.seq).collect::<Vec<_>>(),
+      vec![1, 2]
+    );
+    assert_eq!(&replayed[1].payload[..], &proto[..]);
+    let seq1 = codec::decode(&replayed[0].payload, Dialect::SmgProto).unwrap();
+    assert_eq!(seq1.batches[0].seq, 1);
+    assert_eq!(ix.replay_as(2, 1, Format::Vllm)[0].payload, live[0].payload);
+  }
+
+  #[test]
+  fn subscription_cursors_replay_within_the_log_and_expire_outside_it() {
+    let mut ix = indexer(3);
+    assert_eq!(ix.cursor(0), Cursor::Live);
+    assert_eq!(ix.cursor(1), Cursor::Replay(1), "nothing published yet: 1 is next");
+    let expired = |requested, oldest| Cursor::Expired { requested, oldest };
+    assert_eq!(ix.cursor(2), expired(2, 1));
+    for h in 1..=5u64 {
+      ix.apply_batch(batch(vec![stored(&[h], None)])).unwrap();
+    }
+    // Log holds 3..=5.
+    assert_eq!(ix.cursor(2), expired(2, 3));
+    assert_eq!(ix.cursor(3), Cursor::Replay(3));
+    assert_eq!(ix.cursor(6), Cursor::Replay(6));
+    assert_eq!(ix.cursor(7), expired(7, 3), "a cursor of another epoch");
+    ix.skip_seq();
+    assert_eq!(ix.cursor(5), expired(5, 7), "the log restarts after a gap");
+    assert_eq!(ix.cursor(7), Cursor::Replay(7));
+    assert_eq!(
+      Cursor::expired_message(5, 7),
+      "expired KV event replay cursor: requested sequence 5, oldest available sequence 7"
+    );
   }
 
   #[test]

@@ -1,5 +1,6 @@
 //! Codec exports: decode any dialect, encode a batch once, `/kv_recover` answers.
 
+use crate::convert::bigint_u64;
 use crate::error::{guard_js, Code};
 use crate::events::{batch_in, batch_out, BatchIn, BatchOut};
 use kvplane_core::codec::{self, Dialect, Format};
@@ -37,4 +38,19 @@ pub fn encode_batch(batch: BatchIn, format: String) -> Result<Buffer, Code> {
     let format = Format::parse(&format)?;
     Ok(codec::encode(&batch_in(&batch)?, format).into())
   })
+}
+
+/// Encodes SMG's `SubscribeKvEventsRequest` (`start` 0 = live from now).
+#[napi]
+pub fn encode_subscribe_request(start: BigInt) -> Result<Buffer, Code> {
+  guard_js(|| {
+    let start = bigint_u64("start", &start)?;
+    Ok(codec::smg_proto::encode_subscribe_request(start).into())
+  })
+}
+
+/// Reads SMG's `SubscribeKvEventsRequest`: its `start_sequence_number`.
+#[napi]
+pub fn decode_subscribe_request(bytes: Buffer) -> Result<BigInt, Code> {
+  guard_js(|| Ok(BigInt::from(codec::smg_proto::decode_subscribe_request(&bytes)?)))
 }

@@ -10,7 +10,7 @@ use kvplane_core::codec::{recover, Dialect, Format};
 use kvplane_core::event::KvEvent;
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
 use kvplane_core::index::{IndexConfig, KeyBy, MatchOptions, WorkerDump, WorkerKey};
-use kvplane_core::indexer::{Drained, LocalIndexer, LocalIndexerConfig, Recovery};
+use kvplane_core::indexer::{Cursor, Drained, LocalIndexer, LocalIndexerConfig, Recovery};
 use kvplane_core::queue::Taken;
 use kvplane_core::{ErrorCode, KvError, KvResult};
 use napi::bindgen_prelude::*;
@@ -275,6 +275,8 @@ pub struct PublishedOut {
   pub seqs: BigUint64Array,
   /// One encoded payload per seq.
   pub payloads: Vec<Buffer>,
+  /// The same batches as SMG protobuf `KvEventBatch`es, when the proto stream is on (else empty).
+  pub proto_payloads: Vec<Buffer>,
   /// Events that failed closed.
   pub errors: Vec<ApplyErrorOut>,
   pub events: u32,
@@ -286,12 +288,16 @@ fn published_out(d: Drained) -> PublishedOut {
   let mut out = PublishedOut {
     seqs: BigUint64Array::new(d.batches.iter().map(|b| b.seq).collect()),
     payloads: Vec::with_capacity(d.batches.len()),
+    proto_payloads: Vec::new(),
     errors: Vec::new(),
     events: d.events as u32,
     gaps: d.gaps as u32,
   };
   for b in d.batches {
     out.payloads.push(b.payload.to_vec().into());
+    if let Some(p) = b.proto {
+      out.proto_payloads.push(p.into());
+    }
     out
       .errors
       .extend(b.errors.into_iter().map(|e| ApplyErrorOut {
@@ -326,6 +332,15 @@ impl Task for DrainTask {
   fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
     Ok(published_out(output))
   }
+}
+
+/// Where a subscription begins: `live`, `replay` from `start`, or `expired` (with the status
+/// message for the consumer).
+#[napi(object)]
+pub struct CursorOut {
+  pub kind: String,
+  pub start: BigInt,
+  pub message: Option<String>,
 }
 
 #[napi(object)]
@@ -492,12 +507,55 @@ impl NativeLocalIndexer {
     })
   }
 
-  /// Logged batches from `start` (the oldest retained if older), at most `max`.
+  /// Where a gRPC subscription from `start` begins (0 = live).
   #[napi]
-  pub fn replay(&self, start: BigInt, max: u32) -> Result<ReplayOut, Code> {
+  pub fn cursor(&self, start: BigInt) -> Result<CursorOut, Code> {
     guard_js(|| {
       let start = bigint_u64("start", &start)?;
-      let logged = with(&self.inner, |ix| Ok(ix.replay(start, max as usize)))?;
+      Ok(match with(&self.inner, |ix| Ok(ix.cursor(start)))? {
+        Cursor::Live => CursorOut {
+          kind: "live".into(),
+          start: BigInt::from(0u64),
+          message: None,
+        },
+        Cursor::Replay(s) => CursorOut {
+          kind: "replay".into(),
+          start: BigInt::from(s),
+          message: None,
+        },
+        Cursor::Expired { requested, oldest } => CursorOut {
+          kind: "expired".into(),
+          start: BigInt::from(requested),
+          message: Some(Cursor::expired_message(requested, oldest)),
+        },
+      })
+    })
+  }
+
+  /// Whether batches published from now on also come out as SMG protobuf (`protoPayloads`).
+  #[napi]
+  pub fn set_proto_stream(&self, on: bool) -> Result<(), Code> {
+    guard_js(|| {
+      with(&self.inner, |ix| {
+        ix.set_proto_stream(on);
+        Ok(())
+      })
+    })
+  }
+
+  /// Logged batches from `start` (the oldest retained if older), at most `max`, in the log format
+  /// or re-encoded in `format` (`smg_proto` for gRPC subscribers).
+  #[napi]
+  pub fn replay(&self, start: BigInt, max: u32, format: Option<String>) -> Result<ReplayOut, Code> {
+    guard_js(|| {
+      let start = bigint_u64("start", &start)?;
+      let format = format.as_deref().map(Format::parse).transpose()?;
+      let logged = with(&self.inner, |ix| {
+        Ok(match format {
+          Some(f) => ix.replay_as(start, max as usize, f),
+          None => ix.replay(start, max as usize),
+        })
+      })?;
       Ok(ReplayOut {
         seqs: BigUint64Array::new(logged.iter().map(|l| l.seq).collect()),
         payloads: logged.iter().map(|l| l.payload.to_vec().into()).collect(),

@@ -404,6 +404,28 @@ pub struct DecodedProtoBatch {
   pub unknown_events: u32,
 }
 
+/// Encodes a `SubscribeKvEventsRequest` (`start_sequence_number`; 0 = live from now).
+pub fn encode_subscribe_request(start: u64) -> Vec<u8> {
+  let mut out = Vec::with_capacity(11);
+  put_opt_varint(&mut out, 1, (start != 0).then_some(start));
+  out
+}
+
+/// Reads a `SubscribeKvEventsRequest`: its `start_sequence_number` (0 when absent). Other
+/// fields (`load_records_before_first_batch`, newer ones) are skipped.
+pub fn decode_subscribe_request(bytes: &[u8]) -> KvResult<u64> {
+  let mut p = Pb { buf: bytes, pos: 0 };
+  let mut start = 0;
+  while !p.done() {
+    let (field, wire) = p.key()?;
+    match field {
+      1 => start = p.varint_field(wire)?,
+      _ => p.skip(wire)?,
+    }
+  }
+  Ok(start)
+}
+
 pub fn decode_batch(bytes: &[u8]) -> KvResult<DecodedProtoBatch> {
   let mut p = Pb { buf: bytes, pos: 0 };
   let mut out = DecodedProtoBatch {
@@ -649,6 +671,21 @@ fn decode_removed(bytes: &[u8]) -> KvResult<KvEvent> {
 #[cfg(test)]
 mod tests {
   use super::*;
+
+  #[test]
+  fn subscribe_requests_round_trip_and_skip_unknown_fields() {
+    for start in [0, 1, 300, u64::MAX] {
+      assert_eq!(
+        decode_subscribe_request(&encode_subscribe_request(start)).unwrap(),
+        start
+      );
+    }
+    assert!(encode_subscribe_request(0).is_empty());
+    // start 5 plus `load_records_before_first_batch = true` (field 2).
+    assert_eq!(decode_subscribe_request(&[0x08, 5, 0x10, 1]).unwrap(), 5);
+    assert!(decode_subscribe_request(&[0x08]).is_err());
+    assert!(decode_subscribe_request(&[0x0a, 1, 0]).is_err(), "field 1 must be a varint");
+  }
 
   #[test]
   fn varint_lengths_match_the_encoding() {
