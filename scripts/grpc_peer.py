@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""A real grpcio peer of kvplane's gRPC stream, using the stubs SMG publishes (`smg-grpc-proto`).
+
+  grpc_peer.py ADDRESS SERVICE START BATCHES [TOKEN]
+      subscribe to SERVICE (vllm | sglang | trtllm | tokenspeed) at ADDRESS from START, print one
+      JSON line {"epoch": "..."} with the initial metadata, then one JSON line per batch:
+      {"seq": "...", "dp_rank": n|null, "events": [...]}, BATCHES of them; on a non-OK status
+      print {"status": "CODE_NAME", "details": "..."} instead and stop.
+
+Events are printed in a compact normalized form (u64 values as decimal strings): stored
+{"type", "block_hashes", "parent_block_hash", "token_ids", "block_size"}, removed
+{"type", "block_hashes"}, cleared {"type"}. Hashes are int64 on the wire; they print as u64.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import grpc
+from smg_grpc_proto.generated import (
+    common_pb2,
+    sglang_scheduler_pb2_grpc,
+    tokenspeed_scheduler_pb2_grpc,
+    trtllm_service_pb2_grpc,
+    vllm_engine_pb2_grpc,
+)
+
+STUBS = {
+    "vllm": vllm_engine_pb2_grpc.VllmEngineStub,
+    "sglang": sglang_scheduler_pb2_grpc.SglangSchedulerStub,
+    "trtllm": trtllm_service_pb2_grpc.TrtllmServiceStub,
+    "tokenspeed": tokenspeed_scheduler_pb2_grpc.TokenSpeedSchedulerStub,
+}
+
+
+def u64(v: int) -> str:
+    return str(v & 0xFFFF_FFFF_FFFF_FFFF)
+
+
+def event(e: common_pb2.KvCacheEvent) -> dict:
+    kind = e.WhichOneof("data")
+    if kind == "stored":
+        blocks = e.stored.blocks
+        out = {
+            "type": "stored",
+            "block_hashes": [u64(b.block_hash) for b in blocks],
+            "token_ids": [t for b in blocks for t in b.token_ids],
+            "block_size": blocks[0].block_size if blocks else 0,
+            "event_id": str(e.event_id),
+        }
+        if e.stored.HasField("parent_block_hash"):
+            out["parent_block_hash"] = u64(e.stored.parent_block_hash)
+        return out
+    if kind == "removed":
+        return {"type": "removed", "block_hashes": [u64(h) for h in e.removed.block_hashes],
+                "event_id": str(e.event_id)}
+    return {"type": kind, "event_id": str(e.event_id)}
+
+
+def emit(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    address, service, start, batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    metadata = [("authorization", f"Bearer {sys.argv[5]}")] if len(sys.argv) > 5 else None
+    with grpc.insecure_channel(address) as channel:
+        stub = STUBS[service](channel)
+        call = stub.SubscribeKvEvents(
+            common_pb2.SubscribeKvEventsRequest(start_sequence_number=start), metadata=metadata
+        )
+        try:
+            md = dict(call.initial_metadata())
+            emit({"epoch": md.get("x-kvplane-epoch")})
+            for i, b in enumerate(call):
+                emit({"seq": str(b.sequence_number),
+                      "dp_rank": b.dp_rank if b.HasField("dp_rank") else None,
+                      "events": [event(e) for e in b.events]})
+                if i + 1 >= batches:
+                    call.cancel()
+                    break
+        except grpc.RpcError as err:
+            emit({"status": err.code().name, "details": err.details()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,495 @@
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import {
+  type ClientReadableStream,
+  credentials,
+  type GrpcObject,
+  loadPackageDefinition,
+  Metadata,
+  type ServiceClientConstructor,
+  status,
+} from '@grpc/grpc-js';
+import { loadSync } from '@grpc/proto-loader';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Subscriber as ZmqSubscriber } from 'zeromq';
+import {
+  decodeBatch,
+  decodeSubscribeRequest,
+  encodeSubscribeRequest,
+  type KvEvent,
+  KvEventPublisher,
+  type KvEventPublisherOptions,
+  KvGrpcServer,
+  type KvGrpcServerOptions,
+  KvHttpServer,
+  subscribeDefinition,
+} from '../src/index.js';
+import { repoPath } from './fixtures.js';
+
+const LOOPBACK = 'tcp://127.0.0.1:*';
+const cleanup: Array<() => unknown> = [];
+
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until(cond: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(5);
+  }
+}
+
+// A client generated from kvplane's .proto files by @grpc/proto-loader (protobufjs decodes).
+const SERVICES = {
+  vllm: ['vllm', 'grpc', 'engine', 'VllmEngine'],
+  sglang: ['sglang', 'grpc', 'scheduler', 'SglangScheduler'],
+  trtllm: ['trtllm', 'TrtllmService'],
+  tokenspeed: ['tokenspeed', 'grpc', 'scheduler', 'TokenSpeedScheduler'],
+} as const;
+type Engine = keyof typeof SERVICES;
+
+const pkg = loadPackageDefinition(
+  loadSync(['vllm_engine.proto', 'sglang_scheduler.proto', 'trtllm_service.proto', 'tokenspeed_scheduler.proto'], {
+    includeDirs: [repoPath('proto')],
+    keepCase: true,
+    longs: String,
+    oneofs: true,
+  }),
+);
+
+function clientCtor(engine: Engine): ServiceClientConstructor {
+  let o: GrpcObject | ServiceClientConstructor = pkg;
+  for (const part of SERVICES[engine]) o = (o as GrpcObject)[part] as GrpcObject;
+  return o as ServiceClientConstructor;
+}
+
+interface ProtoBlock {
+  block_hash: string;
+  token_ids: number[];
+  block_size: number;
+}
+interface ProtoEvent {
+  event_id: string;
+  data: 'stored' | 'removed' | 'cleared';
+  stored?: { blocks: ProtoBlock[]; parent_block_hash?: string };
+  removed?: { block_hashes: string[] };
+}
+interface ProtoBatch {
+  sequence_number: string;
+  timestamp: number;
+  events: ProtoEvent[];
+  dp_rank?: number;
+}
+
+/** The compact normalized form all three decoders (kvplane, protobufjs, Python protobuf) map to. */
+interface Compact {
+  type: string;
+  block_hashes?: string[];
+  parent_block_hash?: string;
+  token_ids?: number[];
+  block_size?: number;
+}
+
+const u64 = (s: string) => BigInt.asUintN(64, BigInt(s)).toString();
+
+function compactProto(e: ProtoEvent): Compact {
+  if (e.data === 'stored' && e.stored) {
+    const out: Compact = {
+      type: 'stored',
+      block_hashes: e.stored.blocks.map((b) => u64(b.block_hash)),
+      token_ids: e.stored.blocks.flatMap((b) => b.token_ids),
+      block_size: e.stored.blocks[0]?.block_size ?? 0,
+    };
+    if (e.stored.parent_block_hash !== undefined) out.parent_block_hash = u64(e.stored.parent_block_hash);
+    return out;
+  }
+  if (e.data === 'removed' && e.removed) return { type: 'removed', block_hashes: e.removed.block_hashes.map(u64) };
+  return { type: e.data };
+}
+
+function compactZmq(payload: Buffer): Compact[] {
+  return decodeBatch(payload, 'vllm').events.map((e) => {
+    const out: Compact = { type: e.type };
+    if (e.type === 'stored' || e.type === 'removed') out.block_hashes = Array.from(e.blockHashes ?? [], String);
+    if (e.type === 'stored') {
+      if (e.parentBlockHash !== undefined) out.parent_block_hash = String(e.parentBlockHash);
+      out.token_ids = Array.from(e.tokenIds ?? []);
+      out.block_size = e.blockSize;
+    }
+    return out;
+  });
+}
+
+function withoutIds(events: Array<Compact & { event_id?: string }>): Compact[] {
+  return events.map(({ event_id: _, ...rest }) => rest);
+}
+
+interface Received {
+  epoch: string | undefined;
+  batches: ProtoBatch[];
+  status?: { code: number; details: string };
+}
+
+/** Subscribes from `start`; resolves once `count` batches arrived (then cancels) or the call ended. */
+function subscribe(
+  address: string,
+  start: bigint,
+  count: number,
+  opts: { engine?: Engine; token?: string; creds?: ReturnType<typeof credentials.createSsl> } = {},
+): { done: Promise<Received>; call: ClientReadableStream<ProtoBatch>; got: Received } {
+  const Ctor = clientCtor(opts.engine ?? 'vllm');
+  const client = new Ctor(address, opts.creds ?? credentials.createInsecure(), {
+    'grpc.max_receive_message_length': -1,
+  });
+  cleanup.push(() => client.close());
+  const md = new Metadata();
+  if (opts.token !== undefined) md.set('authorization', `Bearer ${opts.token}`);
+  const call = (client as unknown as Record<string, (r: object, m: Metadata) => ClientReadableStream<ProtoBatch>>)
+    .SubscribeKvEvents?.({ start_sequence_number: start.toString() }, md) as ClientReadableStream<ProtoBatch>;
+  const got: Received = { epoch: undefined, batches: [] };
+  const done = new Promise<Received>((resolve) => {
+    call.on('metadata', (m: Metadata) => {
+      got.epoch = m.get('x-kvplane-epoch')[0]?.toString();
+    });
+    call.on('data', (b: ProtoBatch) => {
+      got.batches.push(b);
+      if (got.batches.length === count) {
+        call.cancel();
+        resolve(got);
+      }
+    });
+    call.on('error', (err: { code: number; details: string }) => {
+      got.status = { code: err.code, details: err.details };
+      resolve(got);
+    });
+    call.on('end', () => resolve(got));
+  });
+  return { done, call, got };
+}
+
+async function node(
+  pubOpts: KvEventPublisherOptions = {},
+  grpcOpts: Partial<KvGrpcServerOptions> = {},
+): Promise<{ pub: KvEventPublisher; grpc: KvGrpcServer; address: string }> {
+  const pub = await KvEventPublisher.create({ endpoint: LOOPBACK, replayEndpoint: null, ...pubOpts });
+  cleanup.push(() => pub.close());
+  const grpc = await KvGrpcServer.create({ publisher: pub, host: '127.0.0.1', ...grpcOpts });
+  cleanup.push(() => grpc.close());
+  return { pub, grpc, address: `127.0.0.1:${grpc.port}` };
+}
+
+/** Batch `i` of the test stream: chained stores (some multi-block), a removal, now and then a clear. */
+function batchEvents(i: number): KvEvent[] {
+  const base = BigInt(i * 100 + 1);
+  const events: KvEvent[] = [
+    {
+      type: 'stored',
+      blockHashes: [base, base + 1n],
+      parentBlockHash: null,
+      tokenIds: Uint32Array.from({ length: 32 }, (_, t) => i * 32 + t),
+      blockSize: 16,
+    },
+    {
+      type: 'stored',
+      blockHashes: [base + 2n + (1n << 63n)],
+      parentBlockHash: base + 1n,
+      tokenIds: new Uint32Array(16).fill(70_000 + i),
+      blockSize: 16,
+    },
+    { type: 'removed', blockHashes: [base + 2n + (1n << 63n)] },
+  ];
+  if (i % 7 === 6) events.push({ type: 'cleared' });
+  return events;
+}
+
+async function publishBatches(pub: KvEventPublisher, from: number, n: number): Promise<void> {
+  for (let i = from; i < from + n; i++) {
+    pub.publish(batchEvents(i));
+    await pub.flush();
+  }
+}
+
+/** Every block a subscriber sees is a full block (`block_size` > 0 tokens): never a partial one first. */
+function expectFullBlocks(batches: ProtoBatch[]): void {
+  for (const b of batches) {
+    for (const e of b.events) {
+      for (const blk of e.stored?.blocks ?? []) {
+        expect(blk.block_size).toBeGreaterThan(0);
+        expect(blk.token_ids.length).toBe(blk.block_size);
+      }
+    }
+  }
+}
+
+function seqsOf(batches: ProtoBatch[]): number[] {
+  return batches.map((b) => Number(b.sequence_number));
+}
+
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+
+function runPeer(args: string[]): Promise<Array<Record<string, unknown>>> {
+  return new Promise((resolve, reject) => {
+    const p = spawn('python3', [repoPath('scripts/grpc_peer.py'), ...args]);
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (err += d));
+    p.on('error', reject);
+    p.on('close', (code) =>
+      code === 0
+        ? resolve(
+            out
+              .trim()
+              .split('\n')
+              .map((l) => JSON.parse(l)),
+          )
+        : reject(new Error(`grpc_peer.py exited ${code}: ${err}`)),
+    );
+  });
+}
+
+describe('request codec', () => {
+  it('round-trips SubscribeKvEventsRequest and rejects bad bytes with a typed error', () => {
+    for (const s of [0n, 1n, 12345n, 2n ** 64n - 1n]) expect(decodeSubscribeRequest(encodeSubscribeRequest(s))).toBe(s);
+    expect(() => decodeSubscribeRequest(Buffer.from([0x08]))).toThrow(expect.objectContaining({ code: 'ERR_DECODE' }));
+    expect(() => encodeSubscribeRequest(-1n)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+  });
+});
+
+describe('KvGrpcServer', () => {
+  it('streams contiguous seqs under all four engine services, equal to the ZMQ stream', async () => {
+    const { pub, address } = await node();
+    const zmq = new ZmqSubscriber({ receiveHighWaterMark: 0 });
+    zmq.connect(pub.endpoint);
+    zmq.subscribe();
+    cleanup.push(() => zmq.close());
+    const engines = Object.keys(SERVICES) as Engine[];
+    const subs = engines.map((engine) => subscribe(address, 0n, 20, { engine }));
+    await until(() => subs.every((s) => s.got.epoch !== undefined), 'initial metadata');
+    await sleep(200); // the ZMQ subscription reaches the PUB socket
+    await publishBatches(pub, 0, 20);
+    const zmqFrames: Array<{ seq: number; events: Compact[] }> = [];
+    while (zmqFrames.length < 20) {
+      const [, seq, payload] = (await zmq.receive()) as [Buffer, Buffer, Buffer];
+      zmqFrames.push({ seq: Number(seq.readBigUInt64BE()), events: compactZmq(payload) });
+    }
+    for (const s of subs) {
+      const got = await s.done;
+      expect(got.status).toBeUndefined();
+      expect(got.epoch).toBe(pub.epoch.toString());
+      expect(seqsOf(got.batches)).toEqual(range(1, 20));
+      expect(got.batches.map((b) => b.events.map(compactProto))).toEqual(zmqFrames.map((f) => f.events));
+      expect(got.batches[3]?.events.map((e) => BigInt(e.event_id))).toEqual([0n, 1n, 2n].map((i) => (4n << 32n) | i));
+      expectFullBlocks(got.batches);
+    }
+  });
+
+  it('serves a Python grpcio client built from smg-grpc-proto: replay from the start, then live', async () => {
+    const { pub, address } = await node({ dataParallelRank: 0, endpoint: LOOPBACK });
+    await publishBatches(pub, 0, 5);
+    const peer = runPeer([address, 'sglang', '1', '12']);
+    // Live batches published while the peer replays and after.
+    await sleep(300);
+    await publishBatches(pub, 5, 7);
+    const lines = await peer;
+    expect(lines[0]).toEqual({ epoch: pub.epoch.toString() });
+    const batches = lines.slice(1) as Array<{ seq: string; dp_rank: number | null; events: Compact[] }>;
+    expect(batches.map((b) => Number(b.seq))).toEqual(range(1, 12));
+    expect(batches.every((b) => b.dp_rank === 0)).toBe(true);
+    const replayed = pub.indexer.replay(1n, 100);
+    expect(batches.map((b) => withoutIds(b.events))).toEqual(replayed.payloads.map((p) => compactZmq(p)));
+  });
+
+  it('the Python client sees the status codes SMG acts on', async () => {
+    const { pub, address } = await node({ bufferSteps: 3 });
+    await publishBatches(pub, 0, 6);
+    const expired = await runPeer([address, 'trtllm', '2', '1']);
+    expect(expired.at(-1)).toMatchObject({ status: 'FAILED_PRECONDITION' });
+    expect(String(expired.at(-1)?.details)).toContain(
+      'expired KV event replay cursor: requested sequence 2, oldest available sequence 4',
+    );
+    const off = await KvGrpcServer.create({ publisher: null, host: '127.0.0.1' });
+    cleanup.push(() => off.close());
+    const none = await runPeer([`127.0.0.1:${off.port}`, 'vllm', '0', '1']);
+    expect(none.at(-1)).toMatchObject({ status: 'UNIMPLEMENTED' });
+  });
+
+  it('a resubscribe with the last applied seq (as SMG does) yields no gap and no duplicate', async () => {
+    const { pub, address } = await node();
+    const first = subscribe(address, 0n, 8);
+    await until(() => first.got.epoch !== undefined, 'metadata');
+    await publishBatches(pub, 0, 8);
+    const a = await first.done;
+    // SMG's consumer: apply seq > last; resubscribe with the last applied seq.
+    const applied: number[] = [];
+    const apply = (batches: ProtoBatch[]) => {
+      for (const b of batches) {
+        const seq = Number(b.sequence_number);
+        const last = applied.at(-1) ?? 0;
+        if (seq <= last) continue;
+        expect(seq).toBe(last + 1);
+        applied.push(seq);
+      }
+    };
+    apply(a.batches);
+    await publishBatches(pub, 8, 5); // published while disconnected
+    const second = subscribe(address, BigInt(applied.at(-1) as number), 9);
+    await until(() => second.got.batches.length >= 6, 'replay');
+    await publishBatches(pub, 13, 3);
+    const b = await second.done;
+    expect(Number(b.batches[0]?.sequence_number)).toBe(8);
+    expect(b.epoch).toBe(a.epoch);
+    apply(b.batches);
+    expect(applied).toEqual(range(1, 16));
+  });
+
+  it('16 concurrent subscribers each receive the full stream, the same bytes', async () => {
+    const { pub, grpc, address } = await node();
+    const subs = Array.from({ length: 16 }, () => subscribe(address, 0n, 30));
+    await until(() => grpc.stats().subscribers === 16 && subs.every((s) => s.got.epoch !== undefined), 'subscribers');
+    await publishBatches(pub, 0, 30);
+    const all = await Promise.all(subs.map((s) => s.done));
+    const reference = JSON.stringify(all[0]?.batches);
+    for (const got of all) {
+      expect(seqsOf(got.batches)).toEqual(range(1, 30));
+      expect(JSON.stringify(got.batches)).toBe(reference);
+    }
+    await until(() => grpc.stats().subscribers === 0, 'cancelled streams to end');
+    expect(grpc.stats().batchesSent).toBe(16 * 30);
+    expect(grpc.stats().subscribes.live).toBe(16);
+  });
+
+  it('an expired or foreign cursor is FAILED_PRECONDITION; next seq and in-log cursors replay', async () => {
+    const { pub, grpc, address } = await node({ bufferSteps: 5 });
+    await publishBatches(pub, 0, 12); // log holds 8..12
+    const old = await subscribe(address, 3n, 1).done;
+    expect(old.status?.code).toBe(status.FAILED_PRECONDITION);
+    expect(old.status?.details).toBe('expired KV event replay cursor: requested sequence 3, oldest available sequence 8');
+    const foreign = await subscribe(address, 40n, 1).done;
+    expect(foreign.status?.code).toBe(status.FAILED_PRECONDITION);
+    expect(foreign.status?.details).toContain('expired KV event replay cursor: requested sequence 40');
+    const inLog = await subscribe(address, 8n, 5).done;
+    expect(seqsOf(inLog.batches)).toEqual(range(8, 5));
+    expectFullBlocks(inLog.batches);
+    const next = subscribe(address, 13n, 2);
+    await until(() => next.got.epoch !== undefined, 'metadata');
+    await publishBatches(pub, 12, 2);
+    expect(seqsOf((await next.done).batches)).toEqual([13, 14]);
+    expect(grpc.stats().subscribes).toMatchObject({ expired: 2, replay: 2 });
+  });
+
+  it('a server without events answers UNIMPLEMENTED; a bad request INVALID_ARGUMENT', async () => {
+    const off = await KvGrpcServer.create({ publisher: null, host: '127.0.0.1' });
+    cleanup.push(() => off.close());
+    const got = await subscribe(`127.0.0.1:${off.port}`, 0n, 1, { engine: 'tokenspeed' }).done;
+    expect(got.status?.code).toBe(status.UNIMPLEMENTED);
+
+    const { address } = await node();
+    const Raw = (await import('@grpc/grpc-js')).makeGenericClientConstructor(
+      subscribeDefinition('vllm.grpc.engine.VllmEngine'),
+      'raw',
+    );
+    const raw = new Raw(address, credentials.createInsecure());
+    cleanup.push(() => raw.close());
+    const code = await new Promise<number>((resolve) => {
+      const call = (raw as unknown as Record<string, (r: Buffer) => ClientReadableStream<Buffer>>).SubscribeKvEvents?.(
+        Buffer.from([0x08]),
+      ) as ClientReadableStream<Buffer>;
+      call.on('error', (e: { code: number }) => resolve(e.code));
+      call.on('data', () => {});
+    });
+    expect(code).toBe(status.INVALID_ARGUMENT);
+  });
+
+  it('cuts a stalled subscriber off with RESOURCE_EXHAUSTED while the others keep up', async () => {
+    const { pub, grpc, address } = await node({}, { maxLagBatches: 32 });
+    const stalled = subscribe(address, 0n, 100_000);
+    const live = Array.from({ length: 3 }, () => subscribe(address, 0n, 150));
+    await until(() => grpc.stats().subscribers === 4 && stalled.got.epoch !== undefined, 'subscribers');
+    stalled.call.pause(); // stops reading: HTTP/2 flow control backs up to the server
+    // Big batches (1024 events of 4 blocks) fill the flow-control window fast.
+    const big: KvEvent[] = Array.from({ length: 1024 }, (_, i) => ({
+      type: 'stored',
+      blockHashes: [BigInt(i * 4 + 1), BigInt(i * 4 + 2), BigInt(i * 4 + 3), BigInt(i * 4 + 4)],
+      parentBlockHash: null,
+      tokenIds: new Uint32Array(64).fill(i),
+      blockSize: 16,
+    }));
+    let slowest = 0;
+    for (let i = 1; i <= 150; i++) {
+      const s = performance.now();
+      pub.publish(big);
+      slowest = Math.max(slowest, performance.now() - s);
+      await pub.flush();
+      // The live subscribers (decoding in this process) stay within a few batches of the head.
+      await until(() => live.every((l) => l.got.batches.length >= i - 4), `live subscribers at ${i}`);
+    }
+    const got = await Promise.all(live.map((s) => s.done));
+    for (const g of got) expect(seqsOf(g.batches)).toEqual(range(1, 150));
+    await until(() => grpc.stats().cutOff === 1, 'the stalled subscriber to be cut off');
+    expect(slowest).toBeLessThan(100); // publish() enqueues; it never waits on a subscriber
+    stalled.call.resume();
+    const s = await stalled.done;
+    expect(s.status?.code).toBe(status.RESOURCE_EXHAUSTED);
+    expect(s.batches.length).toBeLessThan(150);
+    expect(seqsOf(s.batches)).toEqual(range(1, s.batches.length));
+  });
+
+  it('a rank that failed closed streams its clear, then FAILED_PRECONDITION with the layout reason', async () => {
+    const { pub, address } = await node();
+    const sub = subscribe(address, 0n, 100);
+    await until(() => sub.got.epoch !== undefined, 'metadata');
+    await publishBatches(pub, 0, 2);
+    pub.publish([{ type: 'stored', blockHashes: [9n, 10n], tokenIds: new Uint32Array(20), blockSize: 16 }]);
+    await pub.flush();
+    const got = await sub.done;
+    expect(seqsOf(got.batches)).toEqual([1, 2, 3]);
+    expect(got.batches[2]?.events.map((e) => e.data)).toEqual(['cleared']);
+    expect(got.status?.code).toBe(status.FAILED_PRECONDITION);
+    expect(got.status?.details).toMatch(/^Unsupported BlockStored layout: /);
+    const later = await subscribe(address, 0n, 1).done;
+    expect(later.status?.code).toBe(status.FAILED_PRECONDITION);
+    expect(later.status?.details).toMatch(/^Unsupported BlockStored layout: /);
+  });
+
+  it('checks a bearer token on gRPC and on the HTTP endpoints', async () => {
+    const { pub, grpc, address } = await node({}, { authToken: 's3cret' });
+    const http = await KvHttpServer.create({ publisher: pub, authToken: 's3cret', grpc });
+    cleanup.push(() => http.close());
+    const none = await subscribe(address, 0n, 1).done;
+    expect(none.status?.code).toBe(status.UNAUTHENTICATED);
+    const wrong = await subscribe(address, 0n, 1, { token: 'nope' }).done;
+    expect(wrong.status?.code).toBe(status.UNAUTHENTICATED);
+    const ok = subscribe(address, 0n, 2, { token: 's3cret' });
+    await until(() => ok.got.epoch !== undefined, 'metadata');
+    await publishBatches(pub, 0, 2);
+    expect(seqsOf((await ok.done).batches)).toEqual([1, 2]);
+
+    const denied = await fetch(`${http.url}/healthz`);
+    expect(denied.status).toBe(401);
+    expect(denied.headers.get('www-authenticate')).toBe('Bearer');
+    const allowed = await fetch(`${http.url}/metrics`, { headers: { authorization: 'Bearer s3cret' } });
+    expect(allowed.status).toBe(200);
+    const text = await allowed.text();
+    expect(text).toMatch(/kvplane_grpc_subscribes_total\{outcome="unauthenticated"\} 2/);
+    expect(text).toMatch(/kvplane_grpc_batches_sent_total 2/);
+    const py = await runPeer([address, 'vllm', '0', '1', 'nope']);
+    expect(py.at(-1)).toMatchObject({ status: 'UNAUTHENTICATED' });
+  });
+
+  it('serves TLS', async () => {
+    const cert = readFileSync(repoPath('fixtures/tls/cert.pem'));
+    const key = readFileSync(repoPath('fixtures/tls/key.pem'));
+    const { pub, grpc } = await node({}, { tls: { cert, key } });
+    const sub = subscribe(`localhost:${grpc.port}`, 0n, 2, { creds: credentials.createSsl(cert) });
+    await until(() => sub.got.epoch !== undefined, 'metadata');
+    await publishBatches(pub, 0, 2);
+    expect(seqsOf((await sub.done).batches)).toEqual([1, 2]);
+    const plain = await subscribe(`127.0.0.1:${grpc.port}`, 0n, 1).done;
+    expect(plain.status?.code).toBe(status.UNAVAILABLE);
+  });
+});
