@@ -4,14 +4,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { describe, expect, it } from 'vitest';
+import { type ClientReadableStream, credentials, Metadata, makeGenericClientConstructor } from '@grpc/grpc-js';
 import { Subscriber } from 'zeromq';
-import { decodeBatch } from '../src/index.js';
+import { decodeBatch, encodeSubscribeRequest, subscribeDefinition } from '../src/index.js';
 import { repoPath } from './fixtures.js';
 
 const CLI = repoPath('dist/cli.js');
 
 describe('kvplane serve --engine sim', () => {
-  it('serves the simulated engine over ZMQ and HTTP, logs structured status off a TTY, and stops cleanly on SIGTERM', async () => {
+  it('serves the simulated engine over ZMQ, gRPC and HTTP (bearer token), logs structured status off a TTY, and stops cleanly on SIGTERM', async () => {
     const config = join(tmpdir(), `kvplane-serve-${process.pid}.json`);
     writeFileSync(
       config,
@@ -20,8 +21,10 @@ describe('kvplane serve --engine sim', () => {
         topic: 'sim',
         sim: { requests_per_second: 200, seed: 4 },
         http: { port: 0 },
+        grpc: { port: 0, host: '127.0.0.1' },
       }),
     );
+    const token = 'cli-test-token';
     const proc = spawn(process.execPath, [
       CLI,
       'serve',
@@ -35,7 +38,7 @@ describe('kvplane serve --engine sim', () => {
       'tcp://127.0.0.1:*',
       '--status-interval',
       '0.2',
-    ]);
+    ], { env: { ...process.env, KVPLANE_AUTH_TOKEN: token } });
     const lines: Record<string, unknown>[] = [];
     createInterface({ input: proc.stdout }).on('line', (l) => lines.push(JSON.parse(l)));
     const exit = new Promise<number | null>((resolve) => proc.on('exit', resolve));
@@ -53,7 +56,25 @@ describe('kvplane serve --engine sim', () => {
     expect(seq?.readBigUInt64BE()).toBeGreaterThan(0n);
     expect(decodeBatch(payload as Buffer, 'vllm').events.length).toBeGreaterThan(0);
     sub.close();
-    const health = await (await fetch(`${serving.http}/healthz`)).text();
+    // gRPC SubscribeKvEvents from the next seq: replay then live, as SMG protobuf.
+    const Client = makeGenericClientConstructor(subscribeDefinition('sglang.grpc.scheduler.SglangScheduler'), 'kv');
+    const client = new Client(`127.0.0.1:${serving.grpc_port}`, credentials.createInsecure());
+    const md = new Metadata();
+    md.set('authorization', `Bearer ${token}`);
+    const first = await new Promise<Buffer>((resolve, reject) => {
+      const call = (client as unknown as Record<string, (r: Buffer, m: Metadata) => ClientReadableStream<Buffer>>)
+        .SubscribeKvEvents?.(encodeSubscribeRequest(seq?.readBigUInt64BE() as bigint), md) as ClientReadableStream<Buffer>;
+      call.once('data', (b: Buffer) => {
+        resolve(b);
+        call.cancel();
+      });
+      call.on('error', (e: { code: number }) => (e.code === 1 ? undefined : reject(e)));
+    });
+    client.close();
+    expect(decodeBatch(first, 'smg_proto').seq).toBe(seq?.readBigUInt64BE());
+    expect(decodeBatch(first, 'smg_proto').events).toEqual(decodeBatch(payload as Buffer, 'vllm').events);
+    expect((await fetch(`${serving.http}/healthz`)).status).toBe(401);
+    const health = await (await fetch(`${serving.http}/healthz`, { headers: { authorization: `Bearer ${token}` } })).text();
     expect(JSON.parse(health).status).toBe('ok');
     expect(health).toContain(`"epoch":${serving.epoch}`); // exact u64, as logged
     await until(() => lines.some((l) => l.msg === 'status' && (l.events as number) > 0));
@@ -69,6 +90,7 @@ describe('kvplane serve --engine sim', () => {
       ['serve', '--engine', 'nope'],
       ['serve', '--bogus', '1'],
       ['serve', '--hwm', 'x'],
+      ['serve', '--grpc-tls-cert', 'cert.pem'],
     ]) {
       const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8' });
       expect(r.status, args.join(' ')).toBe(2);

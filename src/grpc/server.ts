@@ -50,6 +50,8 @@ export interface GrpcStats {
   cutOff: number;
   /** Batches handed to subscriber streams (live and replayed). */
   batchesSent: number;
+  /** The most batches any subscriber has waiting (its lag). */
+  maxLag: number;
 }
 
 const DEFAULT_MAX_LAG = 1024;
@@ -77,6 +79,7 @@ export class KvGrpcServer {
     subscribes: { live: 0, replay: 0, expired: 0, unimplemented: 0, unauthenticated: 0, invalid: 0, failClosed: 0 },
     cutOff: 0,
     batchesSent: 0,
+    maxLag: 0,
   };
   #sentByEnded = 0;
 
@@ -134,12 +137,17 @@ export class KvGrpcServer {
 
   stats(): GrpcStats {
     let sent = this.#sentByEnded;
-    for (const s of this.#subscribers) sent += s.sent;
+    let maxLag = 0;
+    for (const s of this.#subscribers) {
+      sent += s.sent;
+      maxLag = Math.max(maxLag, s.lag);
+    }
     return {
       ...this.#stats,
       subscribes: { ...this.#stats.subscribes },
       subscribers: this.#subscribers.size,
       batchesSent: sent,
+      maxLag,
     };
   }
 

@@ -83,6 +83,7 @@ export function publisherMetrics(
   });
   if (grpc) {
     gauge('kvplane_grpc_subscribers', 'Open gRPC SubscribeKvEvents streams', () => grpc().subscribers);
+    gauge('kvplane_grpc_max_lag_batches', 'The most batches any gRPC subscriber has waiting', () => grpc().maxLag);
     counter('kvplane_grpc_batches_sent_total', 'Batches handed to gRPC subscribers', () => grpc().batchesSent);
     counter(
       'kvplane_grpc_cut_off_total',
