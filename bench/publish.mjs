@@ -9,48 +9,10 @@
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { KvEventPublisher } from '../dist/index.mjs';
+import { publishColumnsOf, workload } from './publish_workload.mjs';
 
 const EVENTS = Number(process.argv[2] ?? 2_000_000);
 const BATCH = 1024;
-const WINDOW = 4096;
-
-function workload(n) {
-  const kinds = new Uint8Array(n);
-  const hashCounts = new Uint32Array(n).fill(1);
-  const hashes = new BigUint64Array(n);
-  const parents = new BigUint64Array(n);
-  const hasParent = new Uint8Array(n);
-  const tokens = new Uint32Array(n * 16);
-  const tokenStart = new Uint32Array(n + 1);
-  const stored = [];
-  let x = 0x9e3779b97f4a7c15n;
-  let e = 0;
-  let t = 0;
-  for (let i = 0; e < n; i++) {
-    x = (x * 6364136223846793005n + 1442695040888963407n) & 0xffffffffffffffffn;
-    stored.push(x);
-    tokenStart[e] = t;
-    kinds[e] = 0;
-    hashes[e] = x;
-    if (i % 64 !== 0) {
-      parents[e] = stored[i - 1];
-      hasParent[e] = 1;
-    }
-    const lo = Number(x & 0xffffffffn);
-    const hi = Number(x >> 32n);
-    // Token s is (x >> s) & 0x7fff, as in publish_ref.py.
-    for (let s = 0; s < 16; s++) tokens[t++] = ((s === 0 ? lo : (lo >>> s) | (hi << (32 - s))) >>> 0) & 0x7fff;
-    e++;
-    if (i >= WINDOW && e < n) {
-      tokenStart[e] = t;
-      kinds[e] = 1;
-      hashes[e] = stored[i - WINDOW];
-      e++;
-    }
-  }
-  tokenStart[e] = t;
-  return { n, kinds, hashCounts, hashes, parents, hasParent, tokens: tokens.subarray(0, t), tokenStart };
-}
 
 function startSubscriber(endpoint, batches) {
   const proc = spawn(process.execPath, [
@@ -76,16 +38,7 @@ async function runColumns(w) {
   const t0 = performance.now();
   for (let b = 0, at = 0; at < w.n; b++, at += BATCH) {
     const end = Math.min(at + BATCH, w.n);
-    p.publishColumns({
-      kinds: w.kinds.subarray(at, end),
-      hashCounts: w.hashCounts.subarray(at, end),
-      hashes: w.hashes.subarray(at, end),
-      parents: w.parents.subarray(at, end),
-      hasParent: w.hasParent.subarray(at, end),
-      tokens: w.tokens.subarray(w.tokenStart[at], w.tokenStart[end]),
-      blockSize: 16,
-      medium: 'GPU',
-    });
+    p.publishColumns(publishColumnsOf(w, at, end));
     // A producer that yields to the event loop now and then, and backs off while the queue is
     // more than half full (it would otherwise overflow and drop, which the run counts as a gap).
     if (b % 16 === 15) await new Promise(setImmediate);

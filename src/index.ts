@@ -21,6 +21,20 @@ export type {
   UpdatedEvent,
 } from './events.js';
 export {
+  type GrpcStats,
+  type GrpcTlsOptions,
+  KvGrpcServer,
+  type KvGrpcServerOptions,
+} from './grpc/server.js';
+export {
+  decodeSubscribeRequest,
+  encodeSubscribeRequest,
+  KV_EVENT_SERVICES,
+  type KvEventService,
+  subscribeDefinition,
+  subscribePath,
+} from './grpc/services.js';
+export {
   digestsHex,
   type ExtraKey,
   type HashAlgo,
@@ -50,20 +64,6 @@ export {
   type WorkerEvents,
   type ZmqFormat,
 } from './indexer.js';
-export {
-  type GrpcStats,
-  type GrpcTlsOptions,
-  KvGrpcServer,
-  type KvGrpcServerOptions,
-} from './grpc/server.js';
-export {
-  decodeSubscribeRequest,
-  encodeSubscribeRequest,
-  KV_EVENT_SERVICES,
-  type KvEventService,
-  subscribeDefinition,
-  subscribePath,
-} from './grpc/services.js';
 export {
   endpointForRank,
   type KvEventsConfig,

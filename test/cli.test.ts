@@ -3,8 +3,8 @@ import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { describe, expect, it } from 'vitest';
 import { type ClientReadableStream, credentials, Metadata, makeGenericClientConstructor } from '@grpc/grpc-js';
+import { describe, expect, it } from 'vitest';
 import { Subscriber } from 'zeromq';
 import { decodeBatch, encodeSubscribeRequest, subscribeDefinition } from '../src/index.js';
 import { repoPath } from './fixtures.js';
@@ -25,20 +25,24 @@ describe('kvplane serve --engine sim', () => {
       }),
     );
     const token = 'cli-test-token';
-    const proc = spawn(process.execPath, [
-      CLI,
-      'serve',
-      '--engine',
-      'sim',
-      '--config',
-      config,
-      '--endpoint',
-      'tcp://127.0.0.1:*',
-      '--replay-endpoint',
-      'tcp://127.0.0.1:*',
-      '--status-interval',
-      '0.2',
-    ], { env: { ...process.env, KVPLANE_AUTH_TOKEN: token } });
+    const proc = spawn(
+      process.execPath,
+      [
+        CLI,
+        'serve',
+        '--engine',
+        'sim',
+        '--config',
+        config,
+        '--endpoint',
+        'tcp://127.0.0.1:*',
+        '--replay-endpoint',
+        'tcp://127.0.0.1:*',
+        '--status-interval',
+        '0.2',
+      ],
+      { env: { ...process.env, KVPLANE_AUTH_TOKEN: token } },
+    );
     const lines: Record<string, unknown>[] = [];
     createInterface({ input: proc.stdout }).on('line', (l) => lines.push(JSON.parse(l)));
     const exit = new Promise<number | null>((resolve) => proc.on('exit', resolve));
@@ -62,8 +66,12 @@ describe('kvplane serve --engine sim', () => {
     const md = new Metadata();
     md.set('authorization', `Bearer ${token}`);
     const first = await new Promise<Buffer>((resolve, reject) => {
-      const call = (client as unknown as Record<string, (r: Buffer, m: Metadata) => ClientReadableStream<Buffer>>)
-        .SubscribeKvEvents?.(encodeSubscribeRequest(seq?.readBigUInt64BE() as bigint), md) as ClientReadableStream<Buffer>;
+      const call = (
+        client as unknown as Record<string, (r: Buffer, m: Metadata) => ClientReadableStream<Buffer>>
+      ).SubscribeKvEvents?.(
+        encodeSubscribeRequest(seq?.readBigUInt64BE() as bigint),
+        md,
+      ) as ClientReadableStream<Buffer>;
       call.once('data', (b: Buffer) => {
         resolve(b);
         call.cancel();
@@ -74,7 +82,9 @@ describe('kvplane serve --engine sim', () => {
     expect(decodeBatch(first, 'smg_proto').seq).toBe(seq?.readBigUInt64BE());
     expect(decodeBatch(first, 'smg_proto').events).toEqual(decodeBatch(payload as Buffer, 'vllm').events);
     expect((await fetch(`${serving.http}/healthz`)).status).toBe(401);
-    const health = await (await fetch(`${serving.http}/healthz`, { headers: { authorization: `Bearer ${token}` } })).text();
+    const health = await (
+      await fetch(`${serving.http}/healthz`, { headers: { authorization: `Bearer ${token}` } })
+    ).text();
     expect(JSON.parse(health).status).toBe('ok');
     expect(health).toContain(`"epoch":${serving.epoch}`); // exact u64, as logged
     await until(() => lines.some((l) => l.msg === 'status' && (l.events as number) > 0));

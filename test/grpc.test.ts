@@ -62,8 +62,8 @@ const pkg = loadPackageDefinition(
 );
 
 function clientCtor(engine: Engine): ServiceClientConstructor {
-  let o: GrpcObject | ServiceClientConstructor = pkg;
-  for (const part of SERVICES[engine]) o = (o as GrpcObject)[part] as GrpcObject;
+  let o: unknown = pkg;
+  for (const part of SERVICES[engine]) o = (o as GrpcObject)[part];
   return o as ServiceClientConstructor;
 }
 
@@ -148,8 +148,9 @@ function subscribe(
   cleanup.push(() => client.close());
   const md = new Metadata();
   if (opts.token !== undefined) md.set('authorization', `Bearer ${opts.token}`);
-  const call = (client as unknown as Record<string, (r: object, m: Metadata) => ClientReadableStream<ProtoBatch>>)
-    .SubscribeKvEvents?.({ start_sequence_number: start.toString() }, md) as ClientReadableStream<ProtoBatch>;
+  const call = (
+    client as unknown as Record<string, (r: object, m: Metadata) => ClientReadableStream<ProtoBatch>>
+  ).SubscribeKvEvents?.({ start_sequence_number: start.toString() }, md) as ClientReadableStream<ProtoBatch>;
   const got: Received = { epoch: undefined, batches: [] };
   const done = new Promise<Received>((resolve) => {
     call.on('metadata', (m: Metadata) => {
@@ -368,7 +369,9 @@ describe('KvGrpcServer', () => {
     await publishBatches(pub, 0, 12); // log holds 8..12
     const old = await subscribe(address, 3n, 1).done;
     expect(old.status?.code).toBe(status.FAILED_PRECONDITION);
-    expect(old.status?.details).toBe('expired KV event replay cursor: requested sequence 3, oldest available sequence 8');
+    expect(old.status?.details).toBe(
+      'expired KV event replay cursor: requested sequence 3, oldest available sequence 8',
+    );
     const foreign = await subscribe(address, 40n, 1).done;
     expect(foreign.status?.code).toBe(status.FAILED_PRECONDITION);
     expect(foreign.status?.details).toContain('expired KV event replay cursor: requested sequence 40');

@@ -133,8 +133,14 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: 'batches a gRPC subscriber may fall behind before RESOURCE_EXHAUSTED (default 1024)',
     apply: (c, v) => (c.grpc = { ...grpcOf(c), maxLagBatches: int('grpc-max-lag', v) }),
   },
-  'grpc-tls-cert': { help: 'PEM certificate chain: serve gRPC over TLS', apply: (c, v) => (c.grpc = { ...grpcOf(c), tlsCert: v }) },
-  'grpc-tls-key': { help: 'PEM private key for --grpc-tls-cert', apply: (c, v) => (c.grpc = { ...grpcOf(c), tlsKey: v }) },
+  'grpc-tls-cert': {
+    help: 'PEM certificate chain: serve gRPC over TLS',
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), tlsCert: v }),
+  },
+  'grpc-tls-key': {
+    help: 'PEM private key for --grpc-tls-cert',
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), tlsKey: v }),
+  },
   'grpc-tls-ca': {
     help: 'PEM CA bundle: require client certificates it signed',
     apply: (c, v) => (c.grpc = { ...grpcOf(c), tlsCa: v }),
@@ -271,7 +277,8 @@ export interface Serving {
 
 /** The bearer token: the file's first line, else `KVPLANE_AUTH_TOKEN`; none when neither is set. */
 function readAuthToken(file: string | null): string | undefined {
-  const token = file !== null ? (readFileSync(file, 'utf8').split(/\r?\n/)[0] ?? '').trim() : process.env.KVPLANE_AUTH_TOKEN;
+  const token =
+    file !== null ? (readFileSync(file, 'utf8').split(/\r?\n/)[0] ?? '').trim() : process.env.KVPLANE_AUTH_TOKEN;
   if (token === undefined || (file === null && token === '')) return undefined;
   if (token === '') bad(`--auth-token-file ${file}: the file holds no token`);
   return token;
@@ -309,7 +316,13 @@ export async function startServe(c: ServeConfig): Promise<Serving> {
       });
     }
     if (c.http) {
-      http = await KvHttpServer.create({ publisher, ...c.http, authToken, grpc, sources: [{ name: 'sim', kind: 'sim' }] });
+      http = await KvHttpServer.create({
+        publisher,
+        ...c.http,
+        authToken,
+        grpc,
+        sources: [{ name: 'sim', kind: 'sim' }],
+      });
     }
   } catch (err) {
     await grpc?.close();

@@ -156,7 +156,8 @@ export class KvGrpcServer {
     if (this.#closed) return;
     this.#closed = true;
     this.#unlisten();
-    for (const s of [...this.#subscribers]) s.cut({ code: status.UNAVAILABLE, details: 'the KV event server is shutting down' });
+    for (const s of [...this.#subscribers])
+      s.cut({ code: status.UNAVAILABLE, details: 'the KV event server is shutting down' });
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.#server.forceShutdown();
@@ -187,29 +188,34 @@ export class KvGrpcServer {
     const counts = this.#stats.subscribes;
     if (this.#token !== undefined && !bearerMatches(call.metadata.get('authorization')[0]?.toString(), this.#token)) {
       counts.unauthenticated++;
-      return this.#refuse(call, status.UNAUTHENTICATED, 'missing or wrong bearer token');
+      this.#refuse(call, status.UNAUTHENTICATED, 'missing or wrong bearer token');
+      return;
     }
     const publisher = this.#publisher;
     if (!publisher || publisher.closed || this.#closed) {
       counts.unimplemented++;
-      return this.#refuse(call, status.UNIMPLEMENTED, 'KV events are not enabled on this server');
+      this.#refuse(call, status.UNIMPLEMENTED, 'KV events are not enabled on this server');
+      return;
     }
     let start: bigint;
     try {
       start = decodeSubscribeRequest(call.request);
     } catch (err) {
       counts.invalid++;
-      return this.#refuse(call, status.INVALID_ARGUMENT, `bad SubscribeKvEventsRequest: ${(err as Error).message}`);
+      this.#refuse(call, status.INVALID_ARGUMENT, `bad SubscribeKvEventsRequest: ${(err as Error).message}`);
+      return;
     }
     const failed = publisher.failClosed[0];
     if (failed) {
       counts.failClosed++;
-      return this.#refuse(call, status.FAILED_PRECONDITION, failed.message);
+      this.#refuse(call, status.FAILED_PRECONDITION, failed.message);
+      return;
     }
     const cursor = publisher.indexer.cursor(start);
     if (cursor.kind === 'expired') {
       counts.expired++;
-      return this.#refuse(call, status.FAILED_PRECONDITION, cursor.message);
+      this.#refuse(call, status.FAILED_PRECONDITION, cursor.message);
+      return;
     }
     call.sendMetadata(this.#metadata());
     const sub = new Subscriber(call, cursor.kind === 'live' ? null : cursor.start, this.#maxLag, (s) => {
@@ -229,7 +235,11 @@ export class KvGrpcServer {
           if (sub.lag > this.#maxLag) this.#cutOff(sub);
         },
         (err: unknown) =>
-          sub.cut({ code: status.INTERNAL, details: `replay failed: ${(err as Error).message}`, metadata: this.#metadata() }),
+          sub.cut({
+            code: status.INTERNAL,
+            details: `replay failed: ${(err as Error).message}`,
+            metadata: this.#metadata(),
+          }),
       );
   }
 

@@ -640,7 +640,10 @@ mod tests {
     let proto = live[0].proto.clone().unwrap();
     let decoded = codec::decode(&proto, Dialect::SmgProto).unwrap();
     let b = &decoded.batches[0];
-    assert_eq!((b.seq, b.ts, b.dp_rank, b.events.len()), (2, 3.5, Some(0), 3));
+    assert_eq!(
+      (b.seq, b.ts, b.dp_rank, b.events.len()),
+      (2, 3.5, Some(0), 3)
+    );
     let replayed = ix.replay_as(1, 10, Format::SmgProto);
     assert_eq!(
       replayed.iter().map(|l| l.seq).collect::<Vec<_>>(),
@@ -656,7 +659,11 @@ mod tests {
   fn subscription_cursors_replay_within_the_log_and_expire_outside_it() {
     let mut ix = indexer(3);
     assert_eq!(ix.cursor(0), Cursor::Live);
-    assert_eq!(ix.cursor(1), Cursor::Replay(1), "nothing published yet: 1 is next");
+    assert_eq!(
+      ix.cursor(1),
+      Cursor::Replay(1),
+      "nothing published yet: 1 is next"
+    );
     let expired = |requested, oldest| Cursor::Expired { requested, oldest };
     assert_eq!(ix.cursor(2), expired(2, 1));
     for h in 1..=5u64 {

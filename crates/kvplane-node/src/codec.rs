@@ -52,5 +52,9 @@ pub fn encode_subscribe_request(start: BigInt) -> Result<Buffer, Code> {
 /// Reads SMG's `SubscribeKvEventsRequest`: its `start_sequence_number`.
 #[napi]
 pub fn decode_subscribe_request(bytes: Buffer) -> Result<BigInt, Code> {
-  guard_js(|| Ok(BigInt::from(codec::smg_proto::decode_subscribe_request(&bytes)?)))
+  guard_js(|| {
+    Ok(BigInt::from(codec::smg_proto::decode_subscribe_request(
+      &bytes,
+    )?))
+  })
 }

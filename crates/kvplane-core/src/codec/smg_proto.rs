@@ -684,7 +684,10 @@ mod tests {
     // start 5 plus `load_records_before_first_batch = true` (field 2).
     assert_eq!(decode_subscribe_request(&[0x08, 5, 0x10, 1]).unwrap(), 5);
     assert!(decode_subscribe_request(&[0x08]).is_err());
-    assert!(decode_subscribe_request(&[0x0a, 1, 0]).is_err(), "field 1 must be a varint");
+    assert!(
+      decode_subscribe_request(&[0x0a, 1, 0]).is_err(),
+      "field 1 must be a varint"
+    );
   }
 
   #[test]

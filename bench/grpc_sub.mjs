@@ -1,0 +1,122 @@
+// The gRPC bench's subscribers: N routers (one connection each) in one process, each subscribed
+// live to SubscribeKvEvents. Every batch's events are counted by walking the KvEventBatch's top
+// level (field 3 entries) and its seq checked for contiguity; prints "ready" once all streams are
+// open, then one JSON line when every subscriber has `batches` batches (or its stream ended).
+//
+//   node bench/grpc_sub.mjs ADDRESS SUBSCRIBERS BATCHES
+import { credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
+
+const [address, subscribers, batches] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
+const raw = (b) => b;
+const Client = makeGenericClientConstructor(
+  {
+    SubscribeKvEvents: {
+      path: '/vllm.grpc.engine.VllmEngine/SubscribeKvEvents',
+      requestStream: false,
+      responseStream: true,
+      requestSerialize: raw,
+      requestDeserialize: raw,
+      responseSerialize: raw,
+      responseDeserialize: raw,
+    },
+  },
+  'kv',
+);
+
+function varint(buf, at) {
+  let v = 0n;
+  let shift = 0n;
+  for (;;) {
+    const b = buf[at.i++];
+    v |= BigInt(b & 0x7f) << shift;
+    if (b < 0x80) return v;
+    shift += 7n;
+  }
+}
+
+function smallVarint(buf, at) {
+  let v = 0;
+  let mul = 1;
+  for (;;) {
+    const b = buf[at.i++];
+    v += (b & 0x7f) * mul;
+    if (b < 0x80) return v;
+    mul *= 128;
+  }
+}
+
+/** `[seq, events]` of a KvEventBatch. */
+function scan(buf) {
+  const at = { i: 0 };
+  let seq = 0n;
+  let events = 0;
+  while (at.i < buf.length) {
+    const key = smallVarint(buf, at);
+    const wire = key & 7;
+    if (key >>> 3 === 1) seq = varint(buf, at);
+    else if (wire === 0) smallVarint(buf, at);
+    else if (wire === 1) at.i += 8;
+    else if (wire === 2) {
+      const len = smallVarint(buf, at);
+      at.i += len;
+      if (key >>> 3 === 3) events++;
+    } else if (wire === 5) at.i += 4;
+  }
+  return [seq, events];
+}
+
+const subs = [];
+let open = 0;
+const cpu0 = process.cpuUsage();
+for (let k = 0; k < subscribers; k++) {
+  const client = new Client(address, credentials.createInsecure(), {
+    'grpc.use_local_subchannel_pool': 1,
+    'grpc.max_receive_message_length': -1,
+  });
+  const s = { batches: 0, events: 0, first: 0, last: 0, next: 0n, gaps: 0, status: null };
+  subs.push(s);
+  const call = client.SubscribeKvEvents(Buffer.alloc(0));
+  call.on('metadata', () => {
+    if (++open === subscribers) process.stdout.write('ready\n');
+  });
+  call.on('data', (buf) => {
+    const [seq, events] = scan(buf);
+    const now = performance.now();
+    if (s.batches === 0) s.first = now;
+    else if (seq !== s.next) s.gaps++;
+    s.next = seq + 1n;
+    s.batches++;
+    s.events += events;
+    s.last = now;
+    if (s.batches === batches) {
+      call.cancel();
+      client.close();
+      finish();
+    }
+  });
+  call.on('error', (e) => {
+    if (e.code !== 1) {
+      s.status = `${e.code} ${e.details}`;
+      finish();
+    }
+  });
+}
+
+let finished = 0;
+function finish() {
+  if (++finished < subscribers) return;
+  const cpu = process.cpuUsage(cpu0);
+  process.stdout.write(
+    `${JSON.stringify({
+      subscribers: subs.map((s) => ({
+        batches: s.batches,
+        events: s.events,
+        end: performance.timeOrigin + s.last,
+        gaps: s.gaps,
+        status: s.status,
+      })),
+      cpuSeconds: (cpu.user + cpu.system) / 1e6,
+    })}\n`,
+  );
+  process.exit(0);
+}
