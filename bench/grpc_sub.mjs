@@ -5,23 +5,10 @@
 //
 //   node bench/grpc_sub.mjs ADDRESS SUBSCRIBERS BATCHES
 import { credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
+import { subscribeDefinition } from '../dist/index.mjs';
 
 const [address, subscribers, batches] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
-const raw = (b) => b;
-const Client = makeGenericClientConstructor(
-  {
-    SubscribeKvEvents: {
-      path: '/vllm.grpc.engine.VllmEngine/SubscribeKvEvents',
-      requestStream: false,
-      responseStream: true,
-      requestSerialize: raw,
-      requestDeserialize: raw,
-      responseSerialize: raw,
-      responseDeserialize: raw,
-    },
-  },
-  'kv',
-);
+const Client = makeGenericClientConstructor(subscribeDefinition('vllm.grpc.engine.VllmEngine'), 'kv');
 
 function varint(buf, at) {
   let v = 0n;
