@@ -1,8 +1,7 @@
 //! Events in columns: the bulk publish path. A host hands over many events as a few typed arrays
-//! (one N-API call, no object per event); this checks them and builds the events.
+//! (one N-API call, no object per event); this checks them (`chunk` keeps them as columns).
 
 use crate::error::{KvError, KvResult};
-use crate::event::{KvEvent, RemovedEvent, StoredEvent};
 
 pub const KIND_STORED: u8 = 0;
 pub const KIND_REMOVED: u8 = 1;
@@ -34,8 +33,9 @@ fn bad(msg: String) -> KvError {
   KvError::invalid_arg(format!("event columns: {msg}"))
 }
 
-/// Builds the events, or `ERR_INVALID_ARG` naming the first inconsistency (nothing is built).
-pub fn events_from_columns(c: &Columns<'_>) -> KvResult<Vec<KvEvent>> {
+/// `Ok` if the columns describe `kinds.len()` events exactly, else `ERR_INVALID_ARG` naming the
+/// first inconsistency.
+pub fn check_columns(c: &Columns<'_>) -> KvResult<()> {
   let n = c.kinds.len();
   for (name, len) in [
     ("hashCounts", c.hash_counts.len()),
@@ -71,37 +71,7 @@ pub fn events_from_columns(c: &Columns<'_>) -> KvResult<Vec<KvEvent>> {
       c.tokens.len()
     )));
   }
-  let bs = c.block_size as usize;
-  let (mut h, mut t) = (0usize, 0usize);
-  let mut out = Vec::with_capacity(n);
-  for i in 0..n {
-    let count = c.hash_counts[i] as usize;
-    let block_hashes = c.hashes[h..h + count].to_vec();
-    h += count;
-    out.push(match c.kinds[i] {
-      KIND_STORED => {
-        let token_ids = c.tokens[t..t + count * bs].to_vec();
-        t += count * bs;
-        KvEvent::Stored(StoredEvent {
-          block_hashes,
-          parent_block_hash: (c.has_parent[i] != 0).then_some(c.parents[i]),
-          token_ids,
-          block_size: c.block_size,
-          lora_id: c.lora_id,
-          lora_name: c.lora_name.map(str::to_owned),
-          medium: c.medium.map(str::to_owned),
-          ..Default::default()
-        })
-      }
-      KIND_REMOVED => KvEvent::Removed(RemovedEvent {
-        block_hashes,
-        medium: c.medium.map(str::to_owned),
-        ..Default::default()
-      }),
-      _ => KvEvent::Cleared,
-    });
-  }
-  Ok(out)
+  Ok(())
 }
 
 #[cfg(test)]
@@ -129,23 +99,8 @@ mod tests {
   }
 
   #[test]
-  fn builds_events_in_order() {
-    let ev =
-      events_from_columns(&cols(&[2, 0, 1], &[0, 2, 1], &[1, 2, 3], &[10, 11, 12, 13])).unwrap();
-    assert_eq!(ev[0], KvEvent::Cleared);
-    match &ev[1] {
-      KvEvent::Stored(s) => {
-        assert_eq!(s.block_hashes, vec![1, 2]);
-        assert_eq!(s.parent_block_hash, Some(7));
-        assert_eq!(s.token_ids, vec![10, 11, 12, 13]);
-        assert_eq!(s.medium.as_deref(), Some("GPU"));
-      }
-      other => panic!("{other:?}"),
-    }
-    match &ev[2] {
-      KvEvent::Removed(r) => assert_eq!(r.block_hashes, vec![3]),
-      other => panic!("{other:?}"),
-    }
+  fn accepts_consistent_columns() {
+    assert!(check_columns(&cols(&[2, 0, 1], &[0, 2, 1], &[1, 2, 3], &[10, 11, 12, 13])).is_ok());
   }
 
   #[test]
@@ -162,7 +117,7 @@ mod tests {
       (&[2, 0, 2], &[0, 2, 1], &[1, 2, 3], &[10, 11, 12, 13]),
       (&[2, 0], &[0, 2], &[1, 2], &[10, 11, 12, 13]),
     ] {
-      let err = events_from_columns(&cols(kinds, counts, hashes, tokens)).unwrap_err();
+      let err = check_columns(&cols(kinds, counts, hashes, tokens)).unwrap_err();
       assert_eq!(err.code, crate::ErrorCode::InvalidArg, "{}", err.message);
     }
   }

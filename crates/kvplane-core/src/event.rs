@@ -53,33 +53,46 @@ impl StoredEvent {
   /// blocks and hash-only placeholders cannot be indexed losslessly (`Err` says why).
   /// `allow_hash_only` accepts events without tokens (for indexes keyed by the engine's hash).
   pub fn check_layout(&self, allow_hash_only: bool) -> KvResult<()> {
-    if allow_hash_only && self.token_ids.is_empty() {
-      return Ok(());
-    }
-    let bs = self.block_size as usize;
-    let want = self.block_hashes.len().saturating_mul(bs);
-    if bs != 0 && self.token_ids.len() == want {
-      return Ok(());
-    }
-    let what = if self.token_ids.is_empty() {
-      "a hash-only placeholder"
-    } else if bs == 0 {
-      "no block size"
-    } else if self.token_ids.len() > want {
-      "null or masked blocks missing from the hashes"
-    } else {
-      "partial blocks"
-    };
-    Err(KvError::new(
-      ErrorCode::UnsupportedLayout,
-      format!(
-        "Unsupported BlockStored layout: {} tokens for {} block hashes of block_size {} ({what} cannot be indexed losslessly)",
-        self.token_ids.len(),
-        self.block_hashes.len(),
-        self.block_size
-      ),
-    ))
+    check_layout(
+      self.block_hashes.len(),
+      self.token_ids.len(),
+      self.block_size,
+      allow_hash_only,
+    )
   }
+}
+
+/// Whether `tokens` tokens split into `blocks` blocks of `block_size` (a stored event's layout);
+/// `allow_hash_only` also accepts no tokens at all. `Err(ERR_UNSUPPORTED_LAYOUT)` says why not.
+pub fn check_layout(
+  blocks: usize,
+  tokens: usize,
+  block_size: u32,
+  allow_hash_only: bool,
+) -> KvResult<()> {
+  if allow_hash_only && tokens == 0 {
+    return Ok(());
+  }
+  let bs = block_size as usize;
+  let want = blocks.saturating_mul(bs);
+  if bs != 0 && tokens == want {
+    return Ok(());
+  }
+  let what = if tokens == 0 {
+    "a hash-only placeholder"
+  } else if bs == 0 {
+    "no block size"
+  } else if tokens > want {
+    "null or masked blocks missing from the hashes"
+  } else {
+    "partial blocks"
+  };
+  Err(KvError::new(
+    ErrorCode::UnsupportedLayout,
+    format!(
+      "Unsupported BlockStored layout: {tokens} tokens for {blocks} block hashes of block_size {block_size} ({what} cannot be indexed losslessly)"
+    ),
+  ))
 }
 
 /// Blocks removed by the engine.

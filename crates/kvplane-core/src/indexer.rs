@@ -2,11 +2,14 @@
 //! an engine node (SPEC §5, §6). Recovery answers follow SPEC §3.4.
 
 use crate::batch::split_oversized;
+use crate::chunk::EventRef;
 use crate::codec::{self, Dialect, Format};
 use crate::error::{KvError, KvResult};
 use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
 use crate::hash::{hash_blocks, Algo, HashOptions};
-use crate::index::{Index, IndexConfig, MatchOptions, Matches, WorkerDump, WorkerKey};
+use crate::index::{
+  Index, IndexConfig, MatchOptions, Matches, StoredBlocks, WorkerDump, WorkerKey,
+};
 use crate::log::{Logged, ReplayLog, DEFAULT_BUFFER_STEPS};
 use crate::queue::{EventQueue, Taken};
 use std::sync::Arc;
@@ -210,15 +213,7 @@ impl LocalIndexer {
         batch.events.len()
       )));
     }
-    let dp_rank = match batch.dp_rank {
-      None => 0,
-      Some(r) if r >= 0 => r as u32,
-      Some(r) => return Err(KvError::invalid_arg(format!("dpRank {r} is negative"))),
-    };
-    let worker = WorkerKey {
-      worker_id: self.cfg.worker_id,
-      dp_rank,
-    };
+    let worker = self.worker_of(batch.dp_rank)?;
     let mut errors = Vec::new();
     for ev in &mut batch.events {
       if let Err(e) = self.index.apply(worker, ev) {
@@ -228,21 +223,99 @@ impl LocalIndexer {
         errors.push(e);
       }
     }
-    let payload: Arc<[u8]> = codec::encode(&batch, self.cfg.log_format).into();
+    let payload = codec::encode(&batch, self.cfg.log_format);
     let proto = self
       .proto_stream
       .then(|| codec::encode(&batch, Format::SmgProto));
-    self.last_seq = batch.seq;
+    Ok(self.log_batch(batch.seq, payload, proto, errors))
+  }
+
+  /// The worker of this node's rank `dp_rank` (none: rank 0).
+  fn worker_of(&self, dp_rank: Option<i32>) -> KvResult<WorkerKey> {
+    let dp_rank = match dp_rank {
+      None => 0,
+      Some(r) if r >= 0 => r as u32,
+      Some(r) => return Err(KvError::invalid_arg(format!("dpRank {r} is negative"))),
+    };
+    Ok(WorkerKey {
+      worker_id: self.cfg.worker_id,
+      dp_rank,
+    })
+  }
+
+  /// Logs an applied batch under `seq` (the next one) and reports it.
+  fn log_batch(
+    &mut self,
+    seq: u64,
+    payload: Vec<u8>,
+    proto: Option<Vec<u8>>,
+    errors: Vec<KvError>,
+  ) -> ApplyReport {
+    let payload: Arc<[u8]> = payload.into();
+    self.last_seq = seq;
     self.log.push(Logged {
-      seq: batch.seq,
+      seq,
       payload: payload.clone(),
     });
-    Ok(ApplyReport {
-      seq: batch.seq,
+    ApplyReport {
+      seq,
       errors,
       payload,
       proto,
-    })
+    }
+  }
+
+  /// Applies queued events as the next batch (at most 1024 of them), encodes it once in the log
+  /// format (and as protobuf when the proto stream is on) and logs it. An event that fails
+  /// closed is published as a clear of the rank, as in `apply_batch`.
+  fn publish_events(
+    &mut self,
+    events: &mut [EventRef<'_>],
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> KvResult<ApplyReport> {
+    let worker = self.worker_of(dp_rank)?;
+    let seq = self.last_seq + 1;
+    let mut errors = Vec::new();
+    for ev in events.iter_mut() {
+      let applied = match *ev {
+        EventRef::Stored {
+          hashes,
+          parent,
+          tokens,
+          attrs,
+        } => self.index.store_blocks(
+          worker,
+          StoredBlocks {
+            block_hashes: hashes,
+            parent_block_hash: parent,
+            token_ids: tokens,
+            block_size: attrs.block_size,
+          },
+        ),
+        EventRef::Removed { hashes, .. } => {
+          self.index.remove_blocks(worker, hashes);
+          Ok(())
+        }
+        EventRef::Cleared => self.index.apply(worker, &KvEvent::Cleared),
+        EventRef::Event(e) => self.index.apply(worker, e),
+      };
+      if let Err(e) = applied {
+        *ev = EventRef::Cleared;
+        errors.push(e);
+      }
+    }
+    let payload = codec::encode_zmq_events(ts, events, dp_rank, self.cfg.log_format);
+    let proto = self.proto_stream.then(|| {
+      let batch = Batch {
+        seq,
+        ts,
+        dp_rank,
+        events: events.iter().map(EventRef::to_event).collect(),
+      };
+      codec::encode(&batch, Format::SmgProto)
+    });
+    Ok(self.log_batch(seq, payload, proto, errors))
   }
 
   /// Publishes events: packs them in order into batches of at most 1024, each applied, encoded
@@ -286,13 +359,33 @@ impl LocalIndexer {
     dp_rank: Option<i32>,
   ) -> KvResult<Drained> {
     let mut out = Drained::default();
-    for seg in segments {
+    let mut batch: Vec<EventRef<'_>> = Vec::with_capacity(MAX_BATCH_EVENTS);
+    for seg in &segments {
+      for ev in seg.events.iter() {
+        batch.push(ev);
+        if batch.len() == MAX_BATCH_EVENTS {
+          out
+            .batches
+            .push(self.publish_events(&mut batch, ts, dp_rank)?);
+          batch.clear();
+        }
+      }
       out.events += seg.events.len();
-      out.batches.extend(self.publish(seg.events, ts, dp_rank)?);
       if seg.gap_after {
+        if !batch.is_empty() {
+          out
+            .batches
+            .push(self.publish_events(&mut batch, ts, dp_rank)?);
+          batch.clear();
+        }
         self.skip_seq();
         out.gaps += 1;
       }
+    }
+    if !batch.is_empty() {
+      out
+        .batches
+        .push(self.publish_events(&mut batch, ts, dp_rank)?);
     }
     Ok(out)
   }
@@ -458,6 +551,8 @@ impl LocalIndexer {
 #[cfg(test)]
 mod tests {
   use super::*;
+  use crate::chunk::EventChunk;
+  use crate::columns::Columns;
   use crate::event::{KvEvent, StoredEvent};
 
   fn stored(hashes: &[u64], parent: Option<u64>) -> KvEvent {
@@ -722,21 +817,97 @@ mod tests {
   fn drains_a_queue_with_a_seq_gap_where_events_were_lost() {
     let mut ix = indexer(100);
     let mut q = EventQueue::new(2);
-    q.push_all([
+    q.push(EventChunk::from_events(vec![
       stored(&[1], None),
       stored(&[2], Some(1)),
       stored(&[3], Some(2)),
-    ]);
+    ]));
     let d = ix.drain(&mut q, 100, 1.0, Some(0)).unwrap();
     assert_eq!((d.events, d.gaps), (2, 1));
     assert_eq!(d.batches.iter().map(|b| b.seq).collect::<Vec<_>>(), vec![1]);
-    q.push_all([stored(&[4], Some(2))]);
+    q.push(EventChunk::from_events(vec![stored(&[4], Some(2))]));
     let d = ix.drain(&mut q, 100, 1.0, Some(0)).unwrap();
     assert_eq!(d.batches[0].seq, 3, "seq 2 stands for the lost event");
     let mut q = EventQueue::new(5000);
-    q.push_all((10..3010u64).map(|h| stored(&[h], None)));
+    q.push(EventChunk::from_events(
+      (10..3010u64).map(|h| stored(&[h], None)).collect(),
+    ));
     let d = ix.drain(&mut q, 2048, 1.0, None).unwrap();
     assert_eq!((d.events, d.batches.len(), q.len()), (2048, 2, 952));
+  }
+
+  #[test]
+  fn draining_columns_publishes_what_publishing_the_events_would() {
+    let hashes: Vec<u64> = (1..=1500).collect();
+    let parents: Vec<u64> = (0..1500).collect();
+    let has_parent: Vec<u8> = (0..1500).map(|i| u8::from(i % 7 != 0)).collect();
+    let tokens: Vec<u32> = (0..3000).collect();
+    let stores = Columns {
+      kinds: &[0; 1500],
+      hash_counts: &[1; 1500],
+      hashes: &hashes,
+      parents: &parents,
+      has_parent: &has_parent,
+      tokens: &tokens,
+      block_size: 2,
+      medium: Some("GPU"),
+      lora_id: None,
+      lora_name: None,
+    };
+    let removes = Columns {
+      kinds: &[1, 1, 2, 1],
+      hash_counts: &[2, 1, 0, 1],
+      hashes: &[5, 6, 9999, 3],
+      parents: &[0; 4],
+      has_parent: &[0; 4],
+      tokens: &[],
+      ..stores
+    };
+    let partial = KvEvent::Stored(StoredEvent {
+      block_hashes: vec![77],
+      token_ids: vec![1],
+      block_size: 2,
+      ..Default::default()
+    });
+    let chunks = [
+      EventChunk::from_columns(&stores).unwrap(),
+      EventChunk::from_events(vec![stored(&[4000], Some(10)), partial]),
+      EventChunk::from_columns(&removes).unwrap(),
+      EventChunk::from_events(vec![stored(&[4001], None)]),
+    ];
+    let events: Vec<KvEvent> = chunks
+      .iter()
+      .flat_map(|c| c.iter().map(|e| e.to_event()))
+      .collect();
+    for proto in [false, true] {
+      let mut by_events = indexer(100);
+      by_events.set_proto_stream(proto);
+      let want = by_events.publish(events.clone(), 2.5, Some(1)).unwrap();
+      let mut by_queue = indexer(100);
+      by_queue.set_proto_stream(proto);
+      let mut q = EventQueue::new(10_000);
+      for c in chunks.iter().cloned() {
+        q.push(c);
+      }
+      let got = by_queue.drain(&mut q, 10_000, 2.5, Some(1)).unwrap();
+      assert_eq!(
+        (got.events, got.gaps, got.batches.len()),
+        (events.len(), 0, 2)
+      );
+      for (g, w) in got.batches.iter().zip(&want) {
+        assert_eq!(g.seq, w.seq);
+        assert_eq!(g.payload, w.payload);
+        assert_eq!(g.proto, w.proto);
+        assert_eq!(g.errors.len(), w.errors.len());
+      }
+      assert_eq!(
+        got.batches[1].errors.len(),
+        1,
+        "the partial block failed closed"
+      );
+      assert_eq!(by_queue.index().dump(), by_events.index().dump());
+      assert_eq!(by_queue.index().stats(), by_events.index().stats());
+    }
   }
 
   #[test]

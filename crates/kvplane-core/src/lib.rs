@@ -2,6 +2,7 @@
 //! and the wire codecs live here; the Node binding only converts values and maps errors.
 
 pub mod batch;
+pub mod chunk;
 pub mod codec;
 pub mod columns;
 pub mod diagnostics;

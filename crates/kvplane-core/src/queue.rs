@@ -2,8 +2,8 @@
 //! is full, events are dropped and counted, and the drain turns each loss into a visible seq gap
 //! at the place in the stream where it happened.
 
+use crate::chunk::EventChunk;
 use crate::error::{count_from_f64, KvResult};
-use crate::event::KvEvent;
 use std::collections::VecDeque;
 
 /// vLLM's `max_queue_size` default (kvplane counts events).
@@ -17,17 +17,17 @@ pub fn queue_size_from_f64(v: f64) -> KvResult<usize> {
 }
 
 pub struct EventQueue {
-  events: VecDeque<KvEvent>,
+  /// One chunk per accepted push, oldest first.
+  chunks: VecDeque<Taken>,
+  len: usize,
   capacity: usize,
-  /// Positions (counted from the head) after which events were lost, ascending.
-  gaps: VecDeque<usize>,
   dropped: u64,
 }
 
 /// Events taken from the head of the queue.
 #[derive(Debug, Default)]
 pub struct Taken {
-  pub events: Vec<KvEvent>,
+  pub events: EventChunk,
   /// Events were lost right after these: the stream must show a gap there.
   pub gap_after: bool,
 }
@@ -35,69 +35,73 @@ pub struct Taken {
 impl EventQueue {
   pub fn new(capacity: usize) -> EventQueue {
     EventQueue {
-      events: VecDeque::new(),
+      chunks: VecDeque::new(),
+      len: 0,
       capacity: capacity.max(1),
-      gaps: VecDeque::new(),
       dropped: 0,
     }
   }
 
   /// Enqueues events in order while there is room; the rest are dropped and counted. Returns how
   /// many were accepted.
-  pub fn push_all(&mut self, events: impl IntoIterator<Item = KvEvent>) -> usize {
-    let mut accepted = 0;
-    for ev in events {
-      if self.events.len() < self.capacity {
-        self.events.push_back(ev);
-        accepted += 1;
-      } else {
-        self.dropped += 1;
-        if self.gaps.back() != Some(&self.events.len()) {
-          self.gaps.push_back(self.events.len());
-        }
+  pub fn push(&mut self, mut events: EventChunk) -> usize {
+    let room = self.capacity - self.len;
+    let n = events.len();
+    if n <= room {
+      if n > 0 {
+        self.len += n;
+        self.chunks.push_back(Taken {
+          events,
+          gap_after: false,
+        });
       }
+      return n;
     }
-    accepted
+    self.dropped += (n - room) as u64;
+    events.truncate(room);
+    self.len += room;
+    match self.chunks.back_mut() {
+      Some(last) if room == 0 => last.gap_after = true,
+      _ => self.chunks.push_back(Taken {
+        events,
+        gap_after: true,
+      }),
+    }
+    room
   }
 
-  /// Takes up to `max` events from the head, stopping at the first loss.
-  pub fn take(&mut self, max: usize) -> Taken {
-    let mut n = self.events.len().min(max);
-    let mut gap_after = false;
-    if let Some(&g) = self.gaps.front() {
-      if g <= n {
-        n = g;
-        gap_after = true;
-        self.gaps.pop_front();
-      }
-    }
-    for g in self.gaps.iter_mut() {
-      *g -= n;
-    }
-    Taken {
-      events: self.events.drain(..n).collect(),
-      gap_after,
-    }
-  }
-
-  /// Takes up to `max` events from the head as segments, each ending at a loss or at the end.
+  /// Takes chunks from the head holding up to `max` events in all (the last one may be split),
+  /// each marked where the queue lost events after it.
   pub fn take_segments(&mut self, max: usize) -> Vec<Taken> {
     let mut out = Vec::new();
     let mut taken = 0;
-    while taken < max && !self.is_empty() {
-      let t = self.take(max - taken);
-      taken += t.events.len();
-      out.push(t);
+    while let Some(head) = self.chunks.front_mut() {
+      let n = head.events.len();
+      if taken + n <= max {
+        taken += n;
+        out.extend(self.chunks.pop_front());
+      } else {
+        if taken < max {
+          let part = head.events.split_front(max - taken);
+          taken = max;
+          out.push(Taken {
+            events: part,
+            gap_after: false,
+          });
+        }
+        break;
+      }
     }
+    self.len -= taken;
     out
   }
 
   pub fn len(&self) -> usize {
-    self.events.len()
+    self.len
   }
 
   pub fn is_empty(&self) -> bool {
-    self.events.is_empty() && self.gaps.is_empty()
+    self.chunks.is_empty()
   }
 
   pub fn capacity(&self) -> usize {
@@ -113,21 +117,34 @@ impl EventQueue {
 #[cfg(test)]
 mod tests {
   use super::*;
-  use crate::event::RemovedEvent;
+  use crate::event::{KvEvent, RemovedEvent};
 
-  fn ev(h: u64) -> KvEvent {
-    KvEvent::Removed(RemovedEvent {
-      block_hashes: vec![h],
-      ..Default::default()
-    })
+  fn evs(hs: impl IntoIterator<Item = u64>) -> EventChunk {
+    EventChunk::from_events(
+      hs.into_iter()
+        .map(|h| {
+          KvEvent::Removed(RemovedEvent {
+            block_hashes: vec![h],
+            ..Default::default()
+          })
+        })
+        .collect(),
+    )
   }
 
-  fn hashes(t: &Taken) -> Vec<u64> {
-    t.events
+  fn hashes(segs: &[Taken]) -> Vec<(Vec<u64>, bool)> {
+    segs
       .iter()
-      .map(|e| match e {
-        KvEvent::Removed(r) => r.block_hashes[0],
-        _ => unreachable!(),
+      .map(|t| {
+        let hs = t
+          .events
+          .iter()
+          .map(|e| match e.to_event() {
+            KvEvent::Removed(r) => r.block_hashes[0],
+            _ => unreachable!(),
+          })
+          .collect();
+        (hs, t.gap_after)
       })
       .collect()
   }
@@ -135,29 +152,33 @@ mod tests {
   #[test]
   fn drops_when_full_and_marks_the_gap_where_the_loss_happened() {
     let mut q = EventQueue::new(3);
-    assert_eq!(q.push_all((1..=5).map(ev)), 3);
+    assert_eq!(q.push(evs(1..=5)), 3);
     assert_eq!(q.dropped(), 2);
-    let t = q.take(2);
-    assert_eq!((hashes(&t), t.gap_after), (vec![1, 2], false));
-    assert_eq!(q.push_all([ev(6), ev(7), ev(8)]), 2);
+    assert_eq!(hashes(&q.take_segments(2)), vec![(vec![1, 2], false)]);
+    assert_eq!(q.len(), 1);
+    assert_eq!(q.push(evs([6, 7, 8])), 2);
+    assert_eq!(q.push(evs([9])), 0);
     // 3 | gap | 6 7 | gap
-    let t = q.take(100);
-    assert_eq!((hashes(&t), t.gap_after), (vec![3], true));
-    let t = q.take(100);
-    assert_eq!((hashes(&t), t.gap_after), (vec![6, 7], true));
+    assert_eq!(
+      hashes(&q.take_segments(100)),
+      vec![(vec![3], true), (vec![6, 7], true)]
+    );
     assert!(q.is_empty());
-    assert_eq!(q.dropped(), 3);
-    let t = q.take(100);
-    assert_eq!((t.events.len(), t.gap_after), (0, false));
+    assert_eq!((q.len(), q.dropped()), (0, 4));
+    assert!(q.take_segments(100).is_empty());
   }
 
   #[test]
-  fn takes_nothing_past_a_loss_and_validates_its_size() {
-    let mut q = EventQueue::new(1);
-    q.push_all([ev(1), ev(2)]);
-    assert_eq!(hashes(&q.take(0)), Vec::<u64>::new());
-    let t = q.take(5);
-    assert_eq!((hashes(&t), t.gap_after), (vec![1], true));
+  fn takes_whole_pushes_and_splits_the_last_one_at_max() {
+    let mut q = EventQueue::new(100);
+    q.push(evs([1, 2]));
+    q.push(evs([3, 4, 5]));
+    assert_eq!(hashes(&q.take_segments(0)), vec![]);
+    assert_eq!(
+      hashes(&q.take_segments(3)),
+      vec![(vec![1, 2], false), (vec![3], false)]
+    );
+    assert_eq!(hashes(&q.take_segments(5)), vec![(vec![4, 5], false)]);
     assert!(queue_size_from_f64(0.0).is_err());
     assert_eq!(queue_size_from_f64(10.0).unwrap(), 10);
   }

@@ -3,7 +3,8 @@
 
 use crate::error::{guard_js, Code};
 use crate::events::{event_in, EventIn};
-use kvplane_core::columns::{events_from_columns, Columns};
+use kvplane_core::chunk::EventChunk;
+use kvplane_core::columns::Columns;
 use kvplane_core::queue::{queue_size_from_f64, EventQueue, DEFAULT_MAX_QUEUE_SIZE};
 use kvplane_core::KvResult;
 use napi::bindgen_prelude::*;
@@ -60,7 +61,7 @@ impl NativeEventQueue {
   pub fn push_events(&self, events: Vec<EventIn>) -> Result<u32, Code> {
     guard_js(|| {
       let evs = events.iter().map(event_in).collect::<KvResult<Vec<_>>>()?;
-      Ok(self.lock().push_all(evs) as u32)
+      Ok(self.lock().push(EventChunk::from_events(evs)) as u32)
     })
   }
 
@@ -68,7 +69,7 @@ impl NativeEventQueue {
   #[napi]
   pub fn push_columns(&self, cols: EventColumnsIn) -> Result<u32, Code> {
     guard_js(|| {
-      let evs = events_from_columns(&Columns {
+      let chunk = EventChunk::from_columns(&Columns {
         kinds: &cols.kinds,
         hash_counts: &cols.hash_counts,
         hashes: &cols.hashes,
@@ -80,7 +81,7 @@ impl NativeEventQueue {
         lora_id: cols.lora_id,
         lora_name: cols.lora_name.as_deref(),
       })?;
-      Ok(self.lock().push_all(evs) as u32)
+      Ok(self.lock().push(chunk) as u32)
     })
   }
 

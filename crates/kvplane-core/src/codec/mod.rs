@@ -8,7 +8,9 @@ pub mod smg_proto;
 pub mod trtllm;
 pub mod value;
 pub mod vllm;
+pub mod zmq_chunk;
 
+use crate::chunk::EventRef;
 use crate::error::{KvError, KvResult};
 use crate::event::{Batch, KvEvent};
 
@@ -150,6 +152,33 @@ pub fn encode(b: &Batch, format: Format) -> Vec<u8> {
       out
     }
   }
+}
+
+/// Encodes the publish queue's events as one batch (seq 0): the same bytes as `encode` of those
+/// events as a `Batch`. The ZMQ formats write column events straight from their slices.
+pub fn encode_zmq_events(
+  ts: f64,
+  events: &[EventRef<'_>],
+  dp_rank: Option<i32>,
+  format: Format,
+) -> Vec<u8> {
+  let zf = match format {
+    Format::Vllm => vllm::ZmqFormat::VllmMap,
+    Format::VllmLegacy => vllm::ZmqFormat::VllmArray,
+    Format::Sglang => vllm::ZmqFormat::SglangMap,
+    Format::SmgProto => {
+      let batch = Batch {
+        seq: 0,
+        ts,
+        dp_rank,
+        events: events.iter().map(EventRef::to_event).collect(),
+      };
+      return encode(&batch, format);
+    }
+  };
+  let mut w = msgpack::Writer::with_capacity(zmq_chunk::size_hint(events));
+  zmq_chunk::encode_events(ts, events, dp_rank, zf, &mut w);
+  w.into_inner()
 }
 
 fn encoded_size_hint(b: &Batch) -> usize {

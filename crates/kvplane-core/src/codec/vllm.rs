@@ -473,8 +473,8 @@ fn block_hash_bytes(s: &StoredEvent) -> Option<&Vec<Vec<u8>>> {
 }
 
 /// Declared fields of vLLM's `BlockStored` / `BlockRemoved`, plus the tag.
-const VLLM_STORED_DECLARED: usize = 15 + 1;
-const VLLM_REMOVED_DECLARED: usize = 5 + 1;
+pub(super) const VLLM_STORED_DECLARED: usize = 15 + 1;
+pub(super) const VLLM_REMOVED_DECLARED: usize = 5 + 1;
 const SGLANG_STORED_DECLARED: usize = 9 + 1;
 const SGLANG_REMOVED_DECLARED: usize = 2 + 1;
 

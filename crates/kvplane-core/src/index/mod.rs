@@ -21,7 +21,7 @@ pub use dump::{DumpEvent, WorkerDump};
 pub use matching::{MatchOptions, Matches};
 
 use crate::error::{KvError, KvResult};
-use crate::event::{KvEvent, RemovedEvent, StoredEvent};
+use crate::event::{check_layout, KvEvent, StoredEvent};
 use crate::hash::{content_hash, seq_hash};
 use node::{Node, NONE};
 use sets::Sets;
@@ -140,6 +140,26 @@ pub struct IndexStats {
   pub per_worker: Vec<WorkerStats>,
 }
 
+/// A stored event's blocks, borrowed: what the index reads of a stored event.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredBlocks<'a> {
+  pub block_hashes: &'a [u64],
+  pub parent_block_hash: Option<u64>,
+  pub token_ids: &'a [u32],
+  pub block_size: u32,
+}
+
+impl<'a> StoredBlocks<'a> {
+  pub fn of(s: &'a StoredEvent) -> StoredBlocks<'a> {
+    StoredBlocks {
+      block_hashes: &s.block_hashes,
+      parent_block_hash: s.parent_block_hash,
+      token_ids: &s.token_ids,
+      block_size: s.block_size,
+    }
+  }
+}
+
 pub struct Index {
   cfg: IndexConfig,
   nodes: Vec<Node>,
@@ -151,6 +171,8 @@ pub struct Index {
   token_words: usize,
   workers: Vec<WorkerState>,
   slots: HashMap<WorkerKey, u32>,
+  /// The slot `slot()` found last.
+  last_slot: Option<(WorkerKey, u32)>,
   memberships: u64,
   /// Workers that are not prefix-closed (matched by exact scan).
   open_workers: u32,
@@ -172,6 +194,7 @@ impl Index {
       token_words: 0,
       workers: Vec::new(),
       slots: HashMap::new(),
+      last_slot: None,
       memberships: 0,
       open_workers: 0,
       drops: [0; 4],
@@ -189,7 +212,15 @@ impl Index {
   }
 
   fn slot(&mut self, w: WorkerKey) -> u32 {
+    // Slots are never reused, so the last one looked up stays valid (events come in runs of one
+    // worker).
+    if let Some((k, s)) = self.last_slot {
+      if k == w {
+        return s;
+      }
+    }
     if let Some(&s) = self.slots.get(&w) {
+      self.last_slot = Some((w, s));
       return s;
     }
     let s = self.workers.len() as u32;
@@ -209,9 +240,9 @@ impl Index {
   pub fn apply(&mut self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
     let slot = self.slot(w);
     match ev {
-      KvEvent::Stored(s) => self.store(slot, s),
+      KvEvent::Stored(s) => self.store(slot, StoredBlocks::of(s)),
       KvEvent::Removed(r) => {
-        self.remove(slot, r);
+        self.remove(slot, &r.block_hashes);
         Ok(())
       }
       KvEvent::Cleared => {
@@ -222,13 +253,31 @@ impl Index {
     }
   }
 
+  /// Applies a stored event given as slices (the publish path's columns): as `apply` would.
+  pub fn store_blocks(&mut self, w: WorkerKey, s: StoredBlocks<'_>) -> KvResult<()> {
+    let slot = self.slot(w);
+    self.store(slot, s)
+  }
+
+  /// Applies a removed event given as its block hashes: as `apply` would.
+  pub fn remove_blocks(&mut self, w: WorkerKey, block_hashes: &[u64]) {
+    let slot = self.slot(w);
+    self.remove(slot, block_hashes);
+  }
+
   /// Whether a stored event's tokens split into `block_size` x hashes (`Err` says why not).
   pub fn check_layout(&self, s: &StoredEvent) -> KvResult<()> {
     s.check_layout(self.cfg.key_by == KeyBy::Engine)
   }
 
-  fn store(&mut self, slot: u32, s: &StoredEvent) -> KvResult<()> {
-    if let Err(e) = self.check_layout(s) {
+  fn store(&mut self, slot: u32, s: StoredBlocks<'_>) -> KvResult<()> {
+    let layout = check_layout(
+      s.block_hashes.len(),
+      s.token_ids.len(),
+      s.block_size,
+      self.cfg.key_by == KeyBy::Engine,
+    );
+    if let Err(e) = layout {
       self.drop_event(DropReason::UnsupportedLayout, 1);
       self.clear_slot(slot);
       self.workers[slot as usize].needs_recovery = true;
@@ -351,17 +400,17 @@ impl Index {
     }
   }
 
-  fn remove(&mut self, slot: u32, r: &RemovedEvent) {
+  fn remove(&mut self, slot: u32, block_hashes: &[u64]) {
     // Prefetch the engine slots, then the nodes they name, then the key slots reclaim will
     // probe; then remove block by block as usual.
     let engine = &self.workers[slot as usize].engine;
-    for &eh in &r.block_hashes {
+    for &eh in block_hashes {
       engine.prefetch(eh);
     }
     let mut nodes = std::mem::take(&mut self.scratch_nodes);
     nodes.clear();
     nodes.extend(
-      r.block_hashes
+      block_hashes
         .iter()
         .map(|&eh| engine.get(eh).unwrap_or(NONE)),
     );
@@ -372,7 +421,7 @@ impl Index {
       self.by_key.prefetch(self.nodes[n as usize].key);
     }
     self.scratch_nodes = nodes;
-    for &eh in &r.block_hashes {
+    for &eh in block_hashes {
       if !self.remove_one(slot, eh) {
         self.drop_event(DropReason::UnknownRemoved, 1);
       }

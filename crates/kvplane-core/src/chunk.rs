@@ -1,0 +1,280 @@
+//! What the publish queue holds: events in owned columns, one chunk per publish call. Plain
+//! stored / removed / cleared events stay columns all the way to the wire (the index applies
+//! them and the encoder writes them from the slices); events with more fields travel whole.
+
+use crate::columns::{check_columns, Columns, KIND_CLEARED, KIND_REMOVED, KIND_STORED};
+use crate::error::KvResult;
+use crate::event::{KvEvent, RemovedEvent, StoredEvent};
+
+/// A whole event (the object path), in `EventChunk::events`.
+const KIND_EVENT: u8 = 3;
+
+/// What every column event of a chunk shares.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Attrs {
+  pub block_size: u32,
+  pub medium: Option<String>,
+  pub lora_id: Option<i64>,
+  pub lora_name: Option<String>,
+}
+
+/// Events in order, as owned columns plus whole events where columns cannot say it all.
+#[derive(Debug, Clone, Default)]
+pub struct EventChunk {
+  kinds: Vec<u8>,
+  hash_counts: Vec<u32>,
+  /// Per event: the stored event's parent, where `has_parent` is 1.
+  parents: Vec<u64>,
+  has_parent: Vec<u8>,
+  hashes: Vec<u64>,
+  tokens: Vec<u32>,
+  attrs: Attrs,
+  events: Vec<KvEvent>,
+}
+
+/// One event of a chunk, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub enum EventRef<'a> {
+  Stored {
+    hashes: &'a [u64],
+    parent: Option<u64>,
+    tokens: &'a [u32],
+    attrs: &'a Attrs,
+  },
+  Removed {
+    hashes: &'a [u64],
+    attrs: &'a Attrs,
+  },
+  Cleared,
+  Event(&'a KvEvent),
+}
+
+impl EventRef<'_> {
+  /// The event as the normalized model has it.
+  pub fn to_event(&self) -> KvEvent {
+    match *self {
+      EventRef::Stored {
+        hashes,
+        parent,
+        tokens,
+        attrs,
+      } => KvEvent::Stored(StoredEvent {
+        block_hashes: hashes.to_vec(),
+        parent_block_hash: parent,
+        token_ids: tokens.to_vec(),
+        block_size: attrs.block_size,
+        lora_id: attrs.lora_id,
+        lora_name: attrs.lora_name.clone(),
+        medium: attrs.medium.clone(),
+        ..Default::default()
+      }),
+      EventRef::Removed { hashes, attrs } => KvEvent::Removed(RemovedEvent {
+        block_hashes: hashes.to_vec(),
+        medium: attrs.medium.clone(),
+        ..Default::default()
+      }),
+      EventRef::Cleared => KvEvent::Cleared,
+      EventRef::Event(e) => e.clone(),
+    }
+  }
+}
+
+impl EventChunk {
+  /// Checked columns, copied (`ERR_INVALID_ARG` naming the first inconsistency).
+  pub fn from_columns(c: &Columns<'_>) -> KvResult<EventChunk> {
+    check_columns(c)?;
+    Ok(EventChunk {
+      kinds: c.kinds.to_vec(),
+      hash_counts: c.hash_counts.to_vec(),
+      parents: c.parents.to_vec(),
+      has_parent: c.has_parent.to_vec(),
+      hashes: c.hashes.to_vec(),
+      tokens: c.tokens.to_vec(),
+      attrs: Attrs {
+        block_size: c.block_size,
+        medium: c.medium.map(str::to_owned),
+        lora_id: c.lora_id,
+        lora_name: c.lora_name.map(str::to_owned),
+      },
+      events: Vec::new(),
+    })
+  }
+
+  /// Whole events.
+  pub fn from_events(events: Vec<KvEvent>) -> EventChunk {
+    EventChunk {
+      kinds: vec![KIND_EVENT; events.len()],
+      hash_counts: vec![0; events.len()],
+      parents: vec![0; events.len()],
+      has_parent: vec![0; events.len()],
+      events,
+      ..Default::default()
+    }
+  }
+
+  pub fn len(&self) -> usize {
+    self.kinds.len()
+  }
+
+  pub fn is_empty(&self) -> bool {
+    self.kinds.is_empty()
+  }
+
+  /// The events in order.
+  pub fn iter(&self) -> impl Iterator<Item = EventRef<'_>> + '_ {
+    let (mut h, mut t, mut e) = (0usize, 0usize, 0usize);
+    let bs = self.attrs.block_size as usize;
+    (0..self.len()).map(move |i| {
+      let count = self.hash_counts[i] as usize;
+      let hashes = &self.hashes[h..h + count];
+      h += count;
+      match self.kinds[i] {
+        KIND_STORED => {
+          let tokens = &self.tokens[t..t + count * bs];
+          t += count * bs;
+          EventRef::Stored {
+            hashes,
+            parent: (self.has_parent[i] != 0).then_some(self.parents[i]),
+            tokens,
+            attrs: &self.attrs,
+          }
+        }
+        KIND_REMOVED => EventRef::Removed {
+          hashes,
+          attrs: &self.attrs,
+        },
+        KIND_CLEARED => EventRef::Cleared,
+        _ => {
+          e += 1;
+          EventRef::Event(&self.events[e - 1])
+        }
+      }
+    })
+  }
+
+  /// Keeps the first `n` events.
+  pub fn truncate(&mut self, n: usize) {
+    if n >= self.len() {
+      return;
+    }
+    let (h, t, e) = self.offsets(n);
+    self.kinds.truncate(n);
+    self.hash_counts.truncate(n);
+    self.parents.truncate(n);
+    self.has_parent.truncate(n);
+    self.hashes.truncate(h);
+    self.tokens.truncate(t);
+    self.events.truncate(e);
+  }
+
+  /// Splits off the first `n` events (the rest stay).
+  pub fn split_front(&mut self, n: usize) -> EventChunk {
+    let (h, t, e) = self.offsets(n.min(self.len()));
+    let n = n.min(self.len());
+    EventChunk {
+      kinds: self.kinds.drain(..n).collect(),
+      hash_counts: self.hash_counts.drain(..n).collect(),
+      parents: self.parents.drain(..n).collect(),
+      has_parent: self.has_parent.drain(..n).collect(),
+      hashes: self.hashes.drain(..h).collect(),
+      tokens: self.tokens.drain(..t).collect(),
+      attrs: self.attrs.clone(),
+      events: self.events.drain(..e).collect(),
+    }
+  }
+
+  /// Where event `n` starts in `hashes`, `tokens` and `events`.
+  fn offsets(&self, n: usize) -> (usize, usize, usize) {
+    let bs = self.attrs.block_size as usize;
+    let (mut h, mut t, mut e) = (0, 0, 0);
+    for i in 0..n {
+      let count = self.hash_counts[i] as usize;
+      h += count;
+      match self.kinds[i] {
+        KIND_STORED => t += count * bs,
+        KIND_EVENT => e += 1,
+        _ => {}
+      }
+    }
+    (h, t, e)
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  fn sample() -> EventChunk {
+    EventChunk::from_columns(&Columns {
+      kinds: &[2, 0, 1, 0],
+      hash_counts: &[0, 2, 1, 1],
+      hashes: &[1, 2, 3, 4],
+      parents: &[0, 7, 0, 2],
+      has_parent: &[0, 1, 0, 1],
+      tokens: &[10, 11, 12, 13, 14, 15],
+      block_size: 2,
+      medium: Some("GPU"),
+      lora_id: None,
+      lora_name: None,
+    })
+    .unwrap()
+  }
+
+  fn hashes_of(c: &EventChunk) -> Vec<Vec<u64>> {
+    c.iter()
+      .map(|e| match e.to_event() {
+        KvEvent::Stored(s) => s.block_hashes,
+        KvEvent::Removed(r) => r.block_hashes,
+        _ => vec![],
+      })
+      .collect()
+  }
+
+  #[test]
+  fn yields_the_events_in_order() {
+    let ev: Vec<KvEvent> = sample().iter().map(|e| e.to_event()).collect();
+    assert_eq!(ev[0], KvEvent::Cleared);
+    match &ev[1] {
+      KvEvent::Stored(s) => {
+        assert_eq!(s.block_hashes, vec![1, 2]);
+        assert_eq!(s.parent_block_hash, Some(7));
+        assert_eq!(s.token_ids, vec![10, 11, 12, 13]);
+        assert_eq!(s.medium.as_deref(), Some("GPU"));
+        assert_eq!(s.block_size, 2);
+      }
+      other => panic!("{other:?}"),
+    }
+    match &ev[2] {
+      KvEvent::Removed(r) => assert_eq!(r.block_hashes, vec![3]),
+      other => panic!("{other:?}"),
+    }
+    match &ev[3] {
+      KvEvent::Stored(s) => assert_eq!(
+        (s.parent_block_hash, &s.token_ids[..]),
+        (Some(2), &[14, 15][..])
+      ),
+      other => panic!("{other:?}"),
+    }
+  }
+
+  #[test]
+  fn splits_and_truncates_at_event_boundaries() {
+    let mut c = sample();
+    let front = c.split_front(2);
+    assert_eq!(hashes_of(&front), vec![vec![], vec![1, 2]]);
+    assert_eq!(hashes_of(&c), vec![vec![3], vec![4]]);
+    let mut c = sample();
+    c.truncate(3);
+    assert_eq!(hashes_of(&c), vec![vec![], vec![1, 2], vec![3]]);
+    let mut objs = EventChunk::from_events(vec![
+      KvEvent::Cleared,
+      sample().iter().nth(2).unwrap().to_event(),
+    ]);
+    let first = objs.split_front(1);
+    assert!(matches!(
+      first.iter().next(),
+      Some(EventRef::Event(KvEvent::Cleared))
+    ));
+    assert_eq!(hashes_of(&objs), vec![vec![3]]);
+  }
+}
