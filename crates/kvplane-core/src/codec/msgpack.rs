@@ -220,6 +220,37 @@ impl<'a> Reader<'a> {
     self.check_items(n.saturating_mul(2)).map(|_| n)
   }
 
+  /// Reads unsigned ints that fit a u32 (fixint, uint8/16/32: how every engine writes token
+  /// ids) into `out` until it holds `n` items or the next value has another form; the caller
+  /// reads what is left the general way.
+  #[inline]
+  pub fn read_u32_run(&mut self, n: usize, out: &mut Vec<u32>) {
+    let buf = self.buf;
+    let mut pos = self.pos;
+    while out.len() < n {
+      let Some(&m) = buf.get(pos) else { break };
+      let (v, len) = match m {
+        0x00..=0x7f => (m as u32, 1),
+        0xcc => match buf.get(pos + 1) {
+          Some(&b) => (b as u32, 2),
+          None => break,
+        },
+        0xcd => match buf.get(pos + 1..pos + 3) {
+          Some(b) => (u16::from_be_bytes([b[0], b[1]]) as u32, 3),
+          None => break,
+        },
+        0xce => match buf.get(pos + 1..pos + 5) {
+          Some(b) => (u32::from_be_bytes([b[0], b[1], b[2], b[3]]), 5),
+          None => break,
+        },
+        _ => break,
+      };
+      out.push(v);
+      pos += len;
+    }
+    self.pos = pos;
+  }
+
   /// Every item takes at least one byte: a count beyond the bytes left is corrupt input (and
   /// must not drive an allocation).
   #[inline]
@@ -467,6 +498,34 @@ impl Writer {
   }
 
   #[inline]
+  /// An array of u32s, each as the smallest uint (as `uint` writes it), into room made once for
+  /// the whole array.
+  pub fn u32_array(&mut self, v: &[u32]) {
+    self.array_len(v.len());
+    let start = self.buf.len();
+    self.buf.resize(start + v.len() * 5, 0);
+    let out = &mut self.buf[start..];
+    let mut n = 0;
+    for &t in v {
+      if t < 0x80 {
+        out[n] = t as u8;
+        n += 1;
+      } else if t <= 0xff {
+        out[n..n + 2].copy_from_slice(&[0xcc, t as u8]);
+        n += 2;
+      } else if t <= 0xffff {
+        let b = (t as u16).to_be_bytes();
+        out[n..n + 3].copy_from_slice(&[0xcd, b[0], b[1]]);
+        n += 3;
+      } else {
+        let b = t.to_be_bytes();
+        out[n..n + 5].copy_from_slice(&[0xce, b[0], b[1], b[2], b[3]]);
+        n += 5;
+      }
+    }
+    self.buf.truncate(start + n);
+  }
+
   pub fn array_len(&mut self, n: usize) {
     let b = &mut self.buf;
     if n < 16 {
@@ -543,6 +602,54 @@ mod tests {
     w.uint(u64::MAX);
     assert_eq!(w.buf[0], 0xcf);
     assert_eq!(Reader::new(&w.buf).read_int().unwrap(), Int::U(u64::MAX));
+  }
+
+  #[test]
+  fn writes_u32_arrays_as_uint_would() {
+    let vals = [0u32, 127, 128, 255, 256, 65_535, 65_536, u32::MAX];
+    let mut a = Writer::new();
+    a.u32_array(&vals);
+    let mut b = Writer::new();
+    b.array_len(vals.len());
+    vals.iter().for_each(|&v| b.uint(v as u64));
+    assert_eq!(a.buf, b.buf);
+  }
+
+  #[test]
+  fn reads_a_run_of_u32s_up_to_the_first_other_form() {
+    let vals: [u64; 8] = [0, 127, 128, 255, 256, 65_535, 65_536, u32::MAX as u64];
+    let mut w = Writer::new();
+    vals.iter().for_each(|&v| w.uint(v));
+    w.int(-1);
+    w.uint(7);
+    let mut r = Reader::new(&w.buf);
+    let mut out = Vec::new();
+    r.read_u32_run(100, &mut out);
+    assert_eq!(out.iter().map(|&v| v as u64).collect::<Vec<_>>(), vals);
+    assert_eq!(
+      r.read_int().unwrap(),
+      Int::I(-1),
+      "stops before a negative int"
+    );
+    let mut out = Vec::new();
+    let mut r = Reader::new(&w.buf);
+    r.read_u32_run(3, &mut out);
+    assert_eq!(
+      (out.len(), r.read_int().unwrap()),
+      (3, Int::U(255)),
+      "stops at n"
+    );
+    // A truncated uint32 is left for the general reader, which reports it.
+    let mut r = Reader::new(&w.buf[..w.buf.len() - 10]);
+    let mut out = Vec::new();
+    r.read_u32_run(100, &mut out);
+    assert_eq!(out.len(), 6);
+    assert_eq!(r.read_int().unwrap_err().code, crate::ErrorCode::Decode);
+    let mut w = Writer::new();
+    w.uint(u32::MAX as u64 + 1);
+    let mut r = Reader::new(&w.buf);
+    r.read_u32_run(1, &mut out);
+    assert_eq!((out.len(), r.pos()), (6, 0), "a uint64 is not a u32");
   }
 
   #[test]

@@ -159,7 +159,8 @@ fn read_opt_value(r: &mut Reader<'_>) -> KvResult<Option<Value>> {
 fn read_tokens(r: &mut Reader<'_>) -> KvResult<Vec<u32>> {
   let n = r.read_array_len()?;
   let mut out = Vec::with_capacity(n);
-  for _ in 0..n {
+  r.read_u32_run(n, &mut out);
+  for _ in out.len()..n {
     if r.peek_kind()? == Kind::Array {
       let k = r.read_array_len()?;
       if k == 0 {
@@ -453,11 +454,6 @@ fn parent_unsigned(s: &StoredEvent, w: &mut Writer) {
   }
 }
 
-fn tokens(t: &[u32], w: &mut Writer) {
-  w.array_len(t.len());
-  t.iter().for_each(|&v| w.uint(v as u64));
-}
-
 fn opt_i64(v: Option<i64>, w: &mut Writer) {
   match v {
     Some(v) => w.int(v),
@@ -498,7 +494,7 @@ fn vllm_stored(s: &StoredEvent, w: &mut Writer) {
   w.str("parent_block_hash");
   parent_unsigned(s, w);
   w.str("token_ids");
-  tokens(&s.token_ids, w);
+  w.u32_array(&s.token_ids);
   w.str("block_size");
   w.uint(s.block_size as u64);
   w.str("lora_id");
@@ -591,7 +587,7 @@ fn sglang_stored(s: &StoredEvent, w: &mut Writer) {
     None => w.nil(),
   }
   w.str("token_ids");
-  tokens(&s.token_ids, w);
+  w.u32_array(&s.token_ids);
   w.str("block_size");
   w.uint(s.block_size as u64);
   w.str("lora_id");
@@ -626,7 +622,7 @@ fn legacy_stored(s: &StoredEvent, w: &mut Writer) {
   w.str("BlockStored");
   hashes_unsigned(&s.block_hashes, block_hash_bytes(s), w);
   parent_unsigned(s, w);
-  tokens(&s.token_ids, w);
+  w.u32_array(&s.token_ids);
   w.uint(s.block_size as u64);
   opt_i64(s.lora_id, w);
   w.opt_str(s.medium.as_deref());

@@ -88,34 +88,6 @@ fn u64s(v: &[u64], w: &mut Writer) {
   v.iter().for_each(|&h| w.uint(h));
 }
 
-/// Token ids as msgpack uints (the smallest width each, as `Writer::uint`), written into room
-/// made once for the whole array.
-fn u32s(v: &[u32], w: &mut Writer) {
-  w.array_len(v.len());
-  let start = w.buf.len();
-  w.buf.resize(start + v.len() * 5, 0);
-  let out = &mut w.buf[start..];
-  let mut n = 0;
-  for &t in v {
-    if t < 0x80 {
-      out[n] = t as u8;
-      n += 1;
-    } else if t <= 0xff {
-      out[n..n + 2].copy_from_slice(&[0xcc, t as u8]);
-      n += 2;
-    } else if t <= 0xffff {
-      let b = (t as u16).to_be_bytes();
-      out[n..n + 3].copy_from_slice(&[0xcd, b[0], b[1]]);
-      n += 3;
-    } else {
-      let b = t.to_be_bytes();
-      out[n..n + 5].copy_from_slice(&[0xce, b[0], b[1], b[2], b[3]]);
-      n += 5;
-    }
-  }
-  w.buf.truncate(start + n);
-}
-
 /// `[ts, [events...], dp_rank]` as `vllm::encode_batch` writes it for the same events.
 pub fn encode_events(
   ts: f64,
@@ -148,7 +120,7 @@ pub fn encode_events(
           None => w.nil(),
         }
         w.buf.extend_from_slice(&s.tokens_key);
-        u32s(tokens, w);
+        w.u32_array(tokens);
         w.buf.extend_from_slice(&s.stored_tail);
       }
       (ZmqFormat::VllmMap, EventRef::Removed { hashes, attrs }) => {
