@@ -50,6 +50,11 @@ export declare class NativeLocalIndexer {
   replay(start: bigint, max: number, format?: string | undefined | null): ReplayOut
   applyBatch(batch: BatchIn): ApplyReportOut
   /**
+   * Applies events given as columns as the next batches (at most 1024 events each), in one
+   * call: the bulk path, with no JS object per event.
+   */
+  applyColumns(cols: EventColumnsIn, ts: number, dpRank?: number | undefined | null): Array<ApplyReportOut>
+  /**
    * Scores workers for a request: its tokens (`Uint32Array` or numbers), hashed as the index's keys, or
    * already its chained block hashes (`BigUint64Array`). Packed result: see `pack_matches`.
    */

@@ -115,3 +115,25 @@ export interface KvEventBatchOut {
   dpRank?: number;
   events: KvEventOut[];
 }
+
+/**
+ * Events as columns: the bulk path of `KvEventPublisher.publishColumns` and
+ * `LocalIndexer.applyColumns` (a few typed arrays for many events, no object per
+ * event). `n = kinds.length`; hashes and tokens are concatenated in event order.
+ */
+export interface EventColumns {
+  /** Per event: 0 stored, 1 removed, 2 cleared. */
+  kinds: Uint8Array;
+  /** Per event: its number of block hashes (0 for cleared). */
+  hashCounts: Uint32Array;
+  hashes: BigUint64Array;
+  /** Per event: a stored event's parent hash, read where `hasParent` is 1. */
+  parents: BigUint64Array;
+  hasParent: Uint8Array;
+  /** Every stored event's `hashCount * blockSize` tokens. */
+  tokens: Uint32Array;
+  blockSize: number;
+  medium?: string;
+  loraId?: number;
+  loraName?: string;
+}

@@ -11,6 +11,7 @@ export type {
   ClearedEvent,
   CreatedEvent,
   Diff,
+  EventColumns,
   HashBytes,
   KvEvent,
   KvEventBatch,
@@ -71,7 +72,6 @@ export {
   shouldBind,
 } from './publisher/config.js';
 export {
-  type EventColumns,
   KvEventPublisher,
   type KvEventPublisherOptions,
   type PublishedBatches,

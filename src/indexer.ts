@@ -1,6 +1,6 @@
 import type { Dialect } from './codec.js';
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
-import type { KvEventBatch, KvEventBatchOut, KvEventOut } from './events.js';
+import type { EventColumns, KvEventBatch, KvEventBatchOut, KvEventOut } from './events.js';
 import type { HashBlocksOptions } from './hash.js';
 import native from './native.js';
 
@@ -173,6 +173,21 @@ export class LocalIndexer {
   applyBatch(batch: KvEventBatch): ApplyResult {
     const r = callNative(() => this.#native.applyBatch(batch as native.BatchIn));
     return { seq: r.seq, errors: r.errors.map((e) => new KvPlaneError(e.code as KvPlaneErrorCode, e.message)) };
+  }
+
+  /**
+   * Applies events given as columns (a few typed arrays for many events, no JS object per event)
+   * as the next batches of at most 1024 events, each logged under the next seq: what
+   * `applyBatch` does for the same events. Throws `ERR_INVALID_ARG` (nothing applied) on
+   * inconsistent columns.
+   */
+  applyColumns(columns: EventColumns, options: { dpRank?: number | null; ts?: number } = {}): ApplyResult[] {
+    const ts = options.ts ?? Date.now() / 1000;
+    const r = callNative(() => this.#native.applyColumns(columns, ts, options.dpRank ?? null));
+    return r.map((b) => ({
+      seq: b.seq,
+      errors: b.errors.map((e) => new KvPlaneError(e.code as KvPlaneErrorCode, e.message)),
+    }));
   }
 
   /**

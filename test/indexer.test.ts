@@ -137,6 +137,119 @@ describe('LocalIndexer', () => {
     for (const query of q) expect(fresh.findMatches(query)).toEqual(ix.findMatches(query));
   });
 
+  it('applies columns as the same batches applyBatch makes of the same events', () => {
+    // 1500 events: chains of stored blocks (some rooted), a few removals, then a clear.
+    const n = 1500;
+    const kinds = new Uint8Array(n);
+    const hashCounts = new Uint32Array(n);
+    const hashes: bigint[] = [];
+    const parents = new BigUint64Array(n);
+    const hasParent = new Uint8Array(n);
+    const toks: number[] = [];
+    const events: KvEvent[] = [];
+    for (let i = 0; i < n - 1; i++) {
+      if (i % 10 === 9) {
+        kinds[i] = 1;
+        hashCounts[i] = 1;
+        hashes.push(1000n + BigInt(i - 1));
+        events.push({ type: 'removed', blockHashes: new BigUint64Array([1000n + BigInt(i - 1)]), medium: 'GPU' });
+        continue;
+      }
+      const count = 1 + (i % 3);
+      const hs = engineHashes(count, 100_000n + BigInt(i) * 10n);
+      const parent = i % 10 === 0 ? null : (hashes[hashes.length - 1] ?? null);
+      const t = tokens(count, i * 100);
+      hashCounts[i] = count;
+      hashes.push(...hs);
+      if (parent !== null) {
+        parents[i] = parent;
+        hasParent[i] = 1;
+      }
+      toks.push(...t);
+      events.push({
+        type: 'stored',
+        blockHashes: hs,
+        parentBlockHash: parent,
+        tokenIds: t,
+        blockSize: BS,
+        medium: 'GPU',
+      });
+    }
+    kinds[n - 1] = 2;
+    events.push({ type: 'cleared' });
+    using byColumns = indexer();
+    const cols = {
+      kinds,
+      hashCounts,
+      hashes: BigUint64Array.from(hashes),
+      parents,
+      hasParent,
+      tokens: Uint32Array.from(toks),
+      blockSize: BS,
+      medium: 'GPU',
+    };
+    const applied = byColumns.applyColumns(
+      {
+        ...cols,
+        kinds: kinds.subarray(0, n - 1),
+        hashCounts: hashCounts.subarray(0, n - 1),
+        parents: parents.subarray(0, n - 1),
+        hasParent: hasParent.subarray(0, n - 1),
+      },
+      { dpRank: 3, ts: 5 },
+    );
+    expect(applied.map((b) => b.seq)).toEqual([1n, 2n]);
+    using byEvents = indexer();
+    byEvents.applyBatch({ ts: 5, dpRank: 3, events: events.slice(0, 1024) });
+    byEvents.applyBatch({ ts: 5, dpRank: 3, events: events.slice(1024, n - 1) });
+    expect(byColumns.getEvents(1n)).toEqual(byEvents.getEvents(1n));
+    expect(byColumns.stats()).toEqual(byEvents.stats());
+    // events 0 and 1: one block, then two chained under it
+    const query = Uint32Array.from([...tokens(1, 0), ...tokens(2, 100)]);
+    expect(byColumns.findMatches(query)).toEqual(byEvents.findMatches(query));
+    expect(byColumns.findMatches(query).blocks[0]).toBe(3);
+    // the clear as a column event
+    const last = byColumns.applyColumns(
+      {
+        ...cols,
+        kinds: kinds.subarray(n - 1),
+        hashCounts: hashCounts.subarray(n - 1),
+        hashes: new BigUint64Array(),
+        parents: parents.subarray(n - 1),
+        hasParent: hasParent.subarray(n - 1),
+        tokens: new Uint32Array(),
+      },
+      { dpRank: 3 },
+    );
+    expect(last.map((b) => b.seq)).toEqual([3n]);
+    expect(byColumns.stats().memberships).toBe(0);
+  });
+
+  it('refuses inconsistent columns with ERR_INVALID_ARG and applies nothing', () => {
+    using ix = indexer();
+    const good = {
+      kinds: new Uint8Array([0, 0]),
+      hashCounts: new Uint32Array([1, 1]),
+      hashes: new BigUint64Array([1n, 2n]),
+      parents: new BigUint64Array([0n, 1n]),
+      hasParent: new Uint8Array([0, 1]),
+      tokens: tokens(2),
+      blockSize: BS,
+    };
+    for (const bad of [
+      { ...good, tokens: tokens(1) },
+      { ...good, hashCounts: new Uint32Array([1, 2]) },
+      { ...good, kinds: new Uint8Array([0, 7]) },
+      { ...good, hasParent: new Uint8Array([0]) },
+    ]) {
+      expect(() => ix.applyColumns(bad)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    }
+    expect(ix.stats().memberships).toBe(0);
+    expect(ix.lastSeq).toBe(0n);
+    expect(ix.applyColumns(good)[0]?.seq).toBe(1n);
+    expect(ix.stats().memberships).toBe(2);
+  });
+
   it('throws typed errors for bad input and after close', () => {
     const ix = indexer();
     const bad: Array<[string, () => unknown]> = [

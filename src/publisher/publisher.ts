@@ -1,6 +1,6 @@
 import { Publisher } from 'zeromq';
 import { callNative, KvPlaneError } from '../errors.js';
-import type { KvEvent, RemovedEvent, StoredEvent } from '../events.js';
+import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from '../events.js';
 import { LocalIndexer, type ZmqFormat } from '../indexer.js';
 import native from '../native.js';
 import { withDefaults } from '../options.js';
@@ -28,27 +28,6 @@ export interface KvEventPublisherOptions extends KvEventsConfig {
   retainTokens?: boolean;
   /** This incarnation's epoch. Default: random. */
   epoch?: bigint;
-}
-
-/**
- * Events as columns: the bulk publish path (a few typed arrays for many events, no object per
- * event). `n = kinds.length`; hashes and tokens are concatenated in event order.
- */
-export interface EventColumns {
-  /** Per event: 0 stored, 1 removed, 2 cleared. */
-  kinds: Uint8Array;
-  /** Per event: its number of block hashes (0 for cleared). */
-  hashCounts: Uint32Array;
-  hashes: BigUint64Array;
-  /** Per event: a stored event's parent hash, read where `hasParent` is 1. */
-  parents: BigUint64Array;
-  hasParent: Uint8Array;
-  /** Every stored event's `hashCount * blockSize` tokens. */
-  tokens: Uint32Array;
-  blockSize: number;
-  medium?: string;
-  loraId?: number;
-  loraName?: string;
 }
 
 export interface PublisherStats {

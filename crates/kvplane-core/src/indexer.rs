@@ -2,7 +2,7 @@
 //! an engine node (SPEC §5, §6). Recovery answers follow SPEC §3.4.
 
 use crate::batch::split_oversized;
-use crate::chunk::EventRef;
+use crate::chunk::{EventChunk, EventRef};
 use crate::codec::{self, Dialect, Format};
 use crate::error::{KvError, KvResult};
 use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
@@ -338,6 +338,21 @@ impl LocalIndexer {
       .collect()
   }
 
+  /// Publishes a chunk of events (columns, or whole events) as the next batches of at most 1024
+  /// events, as `publish` would for the same events.
+  pub fn publish_chunk(
+    &mut self,
+    events: EventChunk,
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> KvResult<Drained> {
+    let segment = Taken {
+      events,
+      gap_after: false,
+    };
+    self.publish_segments(vec![segment], ts, dp_rank)
+  }
+
   /// Publishes up to `max_events` queued events (as batches of at most 1024), skipping a seq at
   /// each place where the queue lost events.
   pub fn drain(
@@ -551,7 +566,6 @@ impl LocalIndexer {
 #[cfg(test)]
 mod tests {
   use super::*;
-  use crate::chunk::EventChunk;
   use crate::columns::Columns;
   use crate::event::{KvEvent, StoredEvent};
 

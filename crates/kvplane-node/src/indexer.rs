@@ -5,7 +5,7 @@ use crate::convert::{bigint_u64, v8_u64s};
 use crate::error::{guard, guard_js, to_js, Code};
 use crate::events::{batch_in, batch_out, event_out, BatchIn, BatchOut, EventOut};
 use crate::hash::{core_options, HashBlocksOptions};
-use crate::queue::NativeEventQueue;
+use crate::queue::{chunk_in, EventColumnsIn, NativeEventQueue};
 use kvplane_core::codec::{recover, Dialect, Format};
 use kvplane_core::event::KvEvent;
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
@@ -568,6 +568,22 @@ impl NativeLocalIndexer {
     guard_js(|| {
       let b = batch_in(&batch)?;
       Ok(report_out(with(&self.inner, |ix| ix.apply_batch(b))?))
+    })
+  }
+
+  /// Applies events given as columns as the next batches (at most 1024 events each), in one
+  /// call: the bulk path, with no JS object per event.
+  #[napi]
+  pub fn apply_columns(
+    &self,
+    cols: EventColumnsIn,
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> Result<Vec<ApplyReportOut>, Code> {
+    guard_js(|| {
+      let chunk = chunk_in(&cols)?;
+      let d = with(&self.inner, |ix| ix.publish_chunk(chunk, ts, dp_rank))?;
+      Ok(d.batches.into_iter().map(report_out).collect())
     })
   }
 

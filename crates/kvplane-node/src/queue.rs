@@ -30,6 +30,22 @@ pub struct EventColumnsIn {
   pub lora_name: Option<String>,
 }
 
+/// The columns as a checked chunk of events (`ERR_INVALID_ARG` naming the first inconsistency).
+pub(crate) fn chunk_in(cols: &EventColumnsIn) -> KvResult<EventChunk> {
+  EventChunk::from_columns(&Columns {
+    kinds: &cols.kinds,
+    hash_counts: &cols.hash_counts,
+    hashes: &cols.hashes,
+    parents: &cols.parents,
+    has_parent: &cols.has_parent,
+    tokens: &cols.tokens,
+    block_size: cols.block_size,
+    medium: cols.medium.as_deref(),
+    lora_id: cols.lora_id,
+    lora_name: cols.lora_name.as_deref(),
+  })
+}
+
 #[napi]
 pub struct NativeEventQueue {
   pub(crate) inner: Arc<Mutex<EventQueue>>,
@@ -69,18 +85,7 @@ impl NativeEventQueue {
   #[napi]
   pub fn push_columns(&self, cols: EventColumnsIn) -> Result<u32, Code> {
     guard_js(|| {
-      let chunk = EventChunk::from_columns(&Columns {
-        kinds: &cols.kinds,
-        hash_counts: &cols.hash_counts,
-        hashes: &cols.hashes,
-        parents: &cols.parents,
-        has_parent: &cols.has_parent,
-        tokens: &cols.tokens,
-        block_size: cols.block_size,
-        medium: cols.medium.as_deref(),
-        lora_id: cols.lora_id,
-        lora_name: cols.lora_name.as_deref(),
-      })?;
+      let chunk = chunk_in(&cols)?;
       Ok(self.lock().push(chunk) as u32)
     })
   }
