@@ -7,7 +7,7 @@
 
 use kvplane_core::codec::{self, Dialect, Format};
 use kvplane_core::event::{Batch, KvEvent, RemovedEvent, StoredEvent};
-use kvplane_core::index::{IndexConfig, WorkerKey};
+use kvplane_core::index::{Index, IndexConfig, WorkerKey};
 use kvplane_core::indexer::{LocalIndexer, LocalIndexerConfig};
 use std::time::Instant;
 
@@ -89,31 +89,13 @@ fn main() {
     let full = t.elapsed().as_secs_f64();
     assert_eq!(ix.index().stats().memberships, 1 << 20);
 
-    let mut index = kvplane_core::index::Index::new(IndexConfig {
+    let mut index = Index::new(IndexConfig {
       retain_tokens: false,
       ..Default::default()
     });
-    for b in &load {
-      let d = codec::decode(b, Dialect::Vllm).unwrap();
-      let w = WorkerKey {
-        worker_id: 0,
-        dp_rank: d.batches[0].dp_rank.unwrap() as u32,
-      };
-      for e in &d.batches[0].events {
-        index.apply(w, e).unwrap();
-      }
-    }
+    decode_apply(&mut index, &load);
     let t = Instant::now();
-    for b in &work {
-      let d = codec::decode(b, Dialect::Vllm).unwrap();
-      let w = WorkerKey {
-        worker_id: 0,
-        dp_rank: d.batches[0].dp_rank.unwrap() as u32,
-      };
-      for e in &d.batches[0].events {
-        index.apply(w, e).unwrap();
-      }
-    }
+    decode_apply(&mut index, &work);
     let apply = t.elapsed().as_secs_f64();
     println!(
       "{{\"round\":{r},\"decode_only\":{:.2},\"decode_apply\":{:.2},\"apply_encoded\":{:.2}}}  (M block ops/s)",
@@ -121,5 +103,21 @@ fn main() {
       ops / apply / 1e6,
       ops / full / 1e6
     );
+  }
+}
+
+/// Decodes each payload and applies its events to the index (no log, no re-encoding).
+fn decode_apply(index: &mut Index, payloads: &[Vec<u8>]) {
+  for b in payloads {
+    let d = codec::decode(b, Dialect::Vllm).unwrap();
+    for batch in &d.batches {
+      let w = WorkerKey {
+        worker_id: 0,
+        dp_rank: batch.dp_rank.unwrap_or(0) as u32,
+      };
+      for e in &batch.events {
+        index.apply(w, e).unwrap();
+      }
+    }
   }
 }
