@@ -345,3 +345,80 @@ fn the_same_content_under_a_second_engine_id_is_one_membership() {
   index.apply(worker(0), &KvEvent::Cleared).unwrap();
   assert_eq!((index.stats().memberships, index.stats().blocks), (0, 0));
 }
+
+#[test]
+fn branch_points_wider_than_u16_keep_exact_counts() {
+  // One root with 70,000 children, held by two workers: kids and child-node counters pass u16.
+  let mut index = Index::new(IndexConfig {
+    retain_tokens: false,
+    ..Default::default()
+  });
+  let n = 70_000u32;
+  for w in 0..2 {
+    let base = 1_000_000 * (w as u64 + 1);
+    index
+      .apply(
+        worker(w),
+        &KvEvent::Stored(StoredEvent {
+          block_hashes: vec![base],
+          token_ids: tokens_of(7),
+          block_size: BS as u32,
+          ..Default::default()
+        }),
+      )
+      .unwrap();
+    for c in 0..n {
+      index
+        .apply(
+          worker(w),
+          &KvEvent::Stored(StoredEvent {
+            block_hashes: vec![base + 1 + c as u64],
+            parent_block_hash: Some(base),
+            token_ids: vec![c, c + 1],
+            block_size: BS as u32,
+            ..Default::default()
+          }),
+        )
+        .unwrap();
+    }
+  }
+  let s = index.stats();
+  assert_eq!(
+    (s.blocks, s.memberships),
+    (n as u64 + 1, 2 * (n as u64 + 1))
+  );
+  // Worker 0 drops the root: all its children become unreachable; worker 1 keeps the tree.
+  let removed = |hashes: Vec<u64>| {
+    KvEvent::Removed(RemovedEvent {
+      block_hashes: hashes,
+      ..Default::default()
+    })
+  };
+  index.apply(worker(0), &removed(vec![1_000_000])).unwrap();
+  let s = index.stats();
+  assert_eq!(s.per_worker[0].unreachable_blocks, n as u64);
+  assert_eq!(s.per_worker[1].unreachable_blocks, 0);
+  // Worker 1 drops its children, then worker 0 drops its (unreachable) ones.
+  index
+    .apply(
+      worker(1),
+      &removed((0..n as u64).map(|c| 2_000_001 + c).collect()),
+    )
+    .unwrap();
+  let s = index.stats();
+  assert_eq!(s.per_worker[1].unreachable_blocks, 0);
+  assert_eq!(s.blocks, n as u64 + 1);
+  index
+    .apply(
+      worker(0),
+      &removed((0..n as u64).map(|c| 1_000_001 + c).collect()),
+    )
+    .unwrap();
+  let s = index.stats();
+  assert_eq!(s.per_worker[0].unreachable_blocks, 0);
+  // Only worker 1's root is left; removing it frees every node.
+  assert_eq!((s.blocks, s.memberships), (1, 1));
+  index.apply(worker(1), &removed(vec![2_000_000])).unwrap();
+  let s = index.stats();
+  assert_eq!((s.blocks, s.memberships), (0, 0));
+}

@@ -8,6 +8,7 @@
 //! exactly.
 
 use super::node::{Node, EMPTY};
+use super::table::hash32;
 use super::{Index, WorkerKey};
 
 #[derive(Debug, Clone, Default)]
@@ -38,7 +39,12 @@ struct Probe<'a> {
 impl Probe<'_> {
   fn node(&mut self, i: usize) -> Option<&Node> {
     if self.nodes[i] == UNSEEN {
-      self.nodes[i] = self.index.by_key.get(self.seqs[i]).unwrap_or(EMPTY);
+      let (key, nodes) = (self.seqs[i], &self.index.nodes);
+      self.nodes[i] = self
+        .index
+        .by_key
+        .get(hash32(key), |n| nodes[n as usize].key == key)
+        .unwrap_or(EMPTY);
     }
     match self.nodes[i] {
       EMPTY => None,

@@ -23,10 +23,10 @@ pub use matching::{MatchOptions, Matches};
 use crate::error::{KvError, KvResult};
 use crate::event::{check_layout, KvEvent, StoredEvent};
 use crate::hash::{content_hash, seq_hash};
-use node::{Node, NONE};
+use node::{Node, Wide, NONE};
 use sets::Sets;
 use std::collections::HashMap;
-use table::U64Map;
+use table::{hash32, TagMap, U64Map};
 
 /// A worker: one engine instance (`worker_id`) and one of its data-parallel ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -163,8 +163,13 @@ impl<'a> StoredBlocks<'a> {
 pub struct Index {
   cfg: IndexConfig,
   nodes: Vec<Node>,
-  free_nodes: Vec<u32>,
-  by_key: U64Map,
+  /// Free list threaded through the freed nodes' `key`.
+  free_head: u32,
+  free_len: u32,
+  /// Key -> node, by `hash32(key)`; the key itself is in the node.
+  by_key: TagMap,
+  /// `child_nodes` counters past u16.
+  wide_children: Wide,
   sets: Sets,
   tokens: Vec<Box<[u32]>>,
   /// Token ids held in `tokens`, kept as we go so `stats` is O(workers).
@@ -187,8 +192,10 @@ impl Index {
     Index {
       cfg,
       nodes: Vec::new(),
-      free_nodes: Vec::new(),
-      by_key: U64Map::default(),
+      free_head: NONE,
+      free_len: 0,
+      by_key: TagMap::default(),
+      wide_children: Wide::default(),
       sets: Sets::default(),
       tokens: Vec::new(),
       token_words: 0,
@@ -314,7 +321,7 @@ impl Index {
     }
     for (&eh, &key) in s.block_hashes.iter().zip(&keys) {
       self.workers[slot as usize].engine.prefetch(eh);
-      self.by_key.prefetch(key);
+      self.by_key.prefetch(hash32(key));
     }
     for (i, (&eh, &key)) in s.block_hashes.iter().zip(&keys).enumerate() {
       let tokens = if s.token_ids.is_empty() {
@@ -336,7 +343,7 @@ impl Index {
         self.tokens[node as usize] = tokens.into();
         self.token_words += tokens.len();
       }
-      if !self.sets.insert(&mut self.nodes[node as usize], slot) {
+      if !self.sets.insert(&mut self.nodes[node as usize], node, slot) {
         // The worker already holds this block under another engine id: one membership, one id.
         self.drop_event(DropReason::DuplicateStore, 1);
         prev = node;
@@ -344,9 +351,9 @@ impl Index {
       }
       self.memberships += 1;
       if prev != NONE {
-        if let Some(k) = self.sets.kids_mut(&mut self.nodes[prev as usize], slot) {
-          *k += 1;
-        }
+        self
+          .sets
+          .bump_kids(&mut self.nodes[prev as usize], prev, slot, true);
       }
       self.workers[slot as usize].engine.insert(eh, node);
       prev = node;
@@ -356,27 +363,47 @@ impl Index {
   }
 
   fn node_for(&mut self, key: u64, parent: u32) -> u32 {
-    let next = match self.free_nodes.last() {
-      Some(&i) => i,
-      None => self.nodes.len() as u32,
+    let next = match self.free_head {
+      NONE => self.nodes.len() as u32,
+      i => i,
     };
-    let (idx, created) = self.by_key.get_or_insert_with(key, || next);
+    let nodes = &self.nodes;
+    let (idx, created) =
+      self
+        .by_key
+        .get_or_insert_with(hash32(key), |n| nodes[n as usize].key == key, || next);
     if !created {
       return idx;
     }
     let node = Node::new(key, parent);
-    if self.free_nodes.pop().is_some() {
+    if self.free_head != NONE {
+      self.free_head = self.nodes[idx as usize].key as u32;
+      self.free_len -= 1;
       self.nodes[idx as usize] = node;
     } else {
-      self.nodes.push(node);
-      if self.cfg.retain_tokens {
-        self.tokens.push(Box::default());
-      }
+      self.push_node(node);
     }
     if parent != NONE {
-      self.nodes[parent as usize].child_nodes += 1;
+      let p = &mut self.nodes[parent as usize];
+      p.child_nodes = self.wide_children.incr(p.child_nodes, parent);
     }
     idx
+  }
+
+  /// Appends a node, growing the slab by a sixteenth at a time (not doubling).
+  fn push_node(&mut self, node: Node) {
+    if self.nodes.len() == self.nodes.capacity() {
+      let extra = (self.nodes.capacity() / 16).max(1024);
+      self.nodes.reserve_exact(extra);
+      if self.cfg.retain_tokens {
+        self.tokens.reserve_exact(extra);
+      }
+    }
+    assert!(self.nodes.len() < node::FREED as usize, "index full");
+    self.nodes.push(node);
+    if self.cfg.retain_tokens {
+      self.tokens.push(Box::default());
+    }
   }
 
   /// Frees `n` and then its ancestors while they have no workers and no child nodes.
@@ -386,15 +413,18 @@ impl Index {
       if node.parent == node::FREED || node.set != node::EMPTY || node.child_nodes != 0 {
         return;
       }
-      self.by_key.remove(node.key);
+      let removed = self.by_key.remove(hash32(node.key), n);
+      debug_assert!(removed);
       if let Some(t) = self.tokens.get_mut(n as usize) {
         self.token_words -= t.len();
         *t = Box::default();
       }
-      self.free_nodes.push(n);
-      self.nodes[n as usize] = Node::freed();
+      self.nodes[n as usize] = Node::freed(self.free_head);
+      self.free_head = n;
+      self.free_len += 1;
       if node.parent != NONE {
-        self.nodes[node.parent as usize].child_nodes -= 1;
+        let p = &mut self.nodes[node.parent as usize];
+        p.child_nodes = self.wide_children.decr(p.child_nodes, node.parent);
       }
       n = node.parent;
     }
@@ -418,7 +448,7 @@ impl Index {
       table::prefetch_read(std::ptr::addr_of!(self.nodes[n as usize]).cast());
     }
     for &n in nodes.iter().filter(|&&n| n != NONE) {
-      self.by_key.prefetch(self.nodes[n as usize].key);
+      self.by_key.prefetch(hash32(self.nodes[n as usize].key));
     }
     self.scratch_nodes = nodes;
     for &eh in block_hashes {
@@ -432,7 +462,7 @@ impl Index {
     let Some(node) = self.workers[slot as usize].engine.remove(eh) else {
       return false;
     };
-    let Some(kids) = self.sets.remove(&mut self.nodes[node as usize], slot) else {
+    let Some(kids) = self.sets.remove(&mut self.nodes[node as usize], node, slot) else {
       debug_assert!(false, "engine map and worker sets disagree");
       return true;
     };
@@ -446,15 +476,10 @@ impl Index {
       }
     }
     let parent = self.nodes[node as usize].parent;
-    let parent_held = parent != NONE && {
-      match self.sets.kids_mut(&mut self.nodes[parent as usize], slot) {
-        Some(k) => {
-          *k = k.saturating_sub(1);
-          true
-        }
-        None => false,
-      }
-    };
+    let parent_held = parent != NONE
+      && self
+        .sets
+        .bump_kids(&mut self.nodes[parent as usize], parent, slot, false);
     if parent != NONE && !parent_held {
       // This block was itself unreachable.
       let w = &mut self.workers[slot as usize];
@@ -469,7 +494,7 @@ impl Index {
     for (_, node) in engine.iter() {
       if self
         .sets
-        .remove(&mut self.nodes[node as usize], slot)
+        .remove(&mut self.nodes[node as usize], node, slot)
         .is_some()
       {
         self.memberships -= 1;
@@ -504,7 +529,7 @@ impl Index {
 
   pub fn stats(&self) -> IndexStats {
     let node_bytes = self.nodes.capacity() * std::mem::size_of::<Node>()
-      + self.free_nodes.capacity() * 4
+      + self.wide_children.bytes()
       + self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
       + self.token_words * 4;
     let worker_bytes: usize = self
@@ -513,7 +538,7 @@ impl Index {
       .map(|w| w.engine.bytes() + std::mem::size_of::<WorkerState>())
       .sum();
     IndexStats {
-      blocks: (self.nodes.len() - self.free_nodes.len()) as u64,
+      blocks: (self.nodes.len() - self.free_len as usize) as u64,
       token_bytes: (self.token_words * 4) as u64,
       memberships: self.memberships,
       workers: self.workers.len() as u64,

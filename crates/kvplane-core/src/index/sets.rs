@@ -1,9 +1,10 @@
 //! Worker sets of index nodes. A node held by one worker stores that worker inline; a node held
 //! by several points into a side table of sorted `(slot, kids)` vectors. `kids` counts the
 //! worker's blocks whose parent is this node: removing a node that still has kids leaves those
-//! descendants unreachable for that worker.
+//! descendants unreachable for that worker. The inline worker's kids counter is the node's u16
+//! `kids`, widened through `Wide` past u16.
 
-use super::node::{Node, EMPTY};
+use super::node::{Node, Wide, EMPTY};
 
 const MULTI: u32 = 0x8000_0000;
 
@@ -11,6 +12,7 @@ const MULTI: u32 = 0x8000_0000;
 pub(super) struct Sets {
   multi: Vec<Vec<(u32, u32)>>,
   free: Vec<u32>,
+  wide: Wide,
 }
 
 impl Sets {
@@ -46,13 +48,13 @@ impl Sets {
     }
   }
 
-  /// Adds `slot`; false if it was already a member.
-  pub fn insert(&mut self, n: &mut Node, slot: u32) -> bool {
+  /// Adds `slot` to node `idx`; false if it was already a member.
+  pub fn insert(&mut self, n: &mut Node, idx: u32, slot: u32) -> bool {
     debug_assert!(slot < MULTI);
     match n.set {
       EMPTY => {
+        debug_assert_eq!({ n.kids }, 0);
         n.set = slot;
-        n.kids = 0;
         true
       }
       s if s & MULTI != 0 => {
@@ -67,9 +69,11 @@ impl Sets {
       }
       s if s == slot => false,
       s => {
-        let mut v = vec![(s, n.kids), (slot, 0)];
+        let kids = self.wide.get(n.kids, idx);
+        n.kids = self.wide.set(n.kids, idx, 0);
+        let mut v = vec![(s, kids), (slot, 0)];
         v.sort_unstable_by_key(|e| e.0);
-        let idx = match self.free.pop() {
+        let i = match self.free.pop() {
           Some(i) => {
             self.multi[i as usize] = v;
             i
@@ -79,15 +83,14 @@ impl Sets {
             (self.multi.len() - 1) as u32
           }
         };
-        n.set = idx | MULTI;
-        n.kids = 0;
+        n.set = i | MULTI;
         true
       }
     }
   }
 
-  /// Removes `slot`, returning its kids count, or `None` if it was not a member.
-  pub fn remove(&mut self, n: &mut Node, slot: u32) -> Option<u32> {
+  /// Removes `slot` from node `idx`, returning its kids count, or `None` if it was not a member.
+  pub fn remove(&mut self, n: &mut Node, idx: u32, slot: u32) -> Option<u32> {
     match n.set {
       EMPTY => None,
       s if s & MULTI != 0 => {
@@ -101,36 +104,52 @@ impl Sets {
           self.multi[i] = Vec::new();
           self.free.push(i as u32);
           n.set = only;
-          n.kids = only_kids;
+          n.kids = self.wide.set(n.kids, idx, only_kids);
         }
         Some(kids)
       }
       s if s == slot => {
+        let kids = self.wide.get(n.kids, idx);
+        n.kids = self.wide.set(n.kids, idx, 0);
         n.set = EMPTY;
-        Some(std::mem::take(&mut n.kids))
+        Some(kids)
       }
       _ => None,
     }
   }
 
-  /// The kids counter of `slot` on this node, if it is a member.
-  pub fn kids_mut<'a>(&'a mut self, n: &'a mut Node, slot: u32) -> Option<&'a mut u32> {
+  /// Adds one to (or, with `up` false, takes one from, stopping at zero) the kids counter of
+  /// `slot` on node `idx`; false if `slot` is not a member.
+  #[inline]
+  pub fn bump_kids(&mut self, n: &mut Node, idx: u32, slot: u32, up: bool) -> bool {
     match n.set {
-      EMPTY => None,
+      EMPTY => false,
       s if s & MULTI != 0 => {
         let v = &mut self.multi[(s & !MULTI) as usize];
-        let at = v.binary_search_by_key(&slot, |e| e.0).ok()?;
-        Some(&mut v[at].1)
+        let Ok(at) = v.binary_search_by_key(&slot, |e| e.0) else {
+          return false;
+        };
+        let k = &mut v[at].1;
+        *k = if up { *k + 1 } else { k.saturating_sub(1) };
+        true
       }
-      s if s == slot => Some(&mut n.kids),
-      _ => None,
+      s if s == slot => {
+        n.kids = if up {
+          self.wide.incr(n.kids, idx)
+        } else {
+          self.wide.decr(n.kids, idx)
+        };
+        true
+      }
+      _ => false,
     }
   }
 
-  /// Heap bytes of the side table.
+  /// Heap bytes of the side tables.
   pub fn bytes(&self) -> usize {
     self.multi.capacity() * std::mem::size_of::<Vec<(u32, u32)>>()
       + self.multi.iter().map(|v| v.capacity() * 8).sum::<usize>()
       + self.free.capacity() * 4
+      + self.wide.bytes()
   }
 }

@@ -1,188 +1,428 @@
-//! A compact hash map from u64 keys to u32 values for the index's big maps: packed 12-byte slots
-//! with linear probing and backward-shift deletion (no tombstones), power-of-two capacity, at most
-//! 7/8 full. Slot addresses are known from the key alone, so a batch can `prefetch` all of its
-//! probes before making any: applying events is bound by cache misses on these tables.
+//! Hash tables for the index's big maps: bucketized cuckoo hashing. An entry lives in one of two
+//! 64-byte buckets (one cache line each) chosen from its 32-bit hash; inserting into two full
+//! buckets moves entries to their other bucket. Bucket counts are not powers of two (fastrange:
+//! `(h * buckets) >> 32`), and a table grows by a quarter once it is 94% full, so it stays
+//! 75-94% full while a lookup still reads at most two cache lines, both known from the key alone:
+//! a batch can `prefetch` all of its lookups before making any (applying events is bound by cache
+//! misses on these tables). Entries are kept at the front of each bucket.
+//!
+//! `U64Map` holds u64 keys with u32 values (5 per bucket). `TagMap` holds only a 32-bit hash tag
+//! and a u32 value (8 per bucket): the caller keeps the key with the value (the index keeps it in
+//! the node) and confirms a tag match with `eq`.
 
 /// Marks an empty slot (values are node indices, never `u32::MAX`).
 const EMPTY: u32 = u32::MAX;
 
-#[derive(Clone, Copy)]
-#[repr(C, packed(4))]
-struct Slot {
-  key: u64,
-  val: u32,
-}
-
-const VACANT: Slot = Slot { key: 0, val: EMPTY };
-
 /// Spreads any u64 (random hashes or small opaque ids alike) over the word.
 #[inline(always)]
-fn mix(k: u64) -> u64 {
+pub(crate) fn mix(k: u64) -> u64 {
   let p = (k as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15);
   (p as u64) ^ ((p >> 64) as u64)
 }
 
+/// The 32-bit hash that places `k`.
+#[inline(always)]
+pub(crate) fn hash32(k: u64) -> u32 {
+  (mix(k) >> 32) as u32
+}
+
+/// A second, independent 32-bit hash of `h` (for the alternate bucket).
+#[inline(always)]
+fn rehash(mut x: u32) -> u32 {
+  x ^= x >> 16;
+  x = x.wrapping_mul(0x7feb_352d);
+  x ^= x >> 15;
+  x = x.wrapping_mul(0x846c_a68b);
+  x ^ (x >> 16)
+}
+
+trait Entry: Copy {
+  const VACANT: Self;
+  fn val(&self) -> u32;
+  fn hash(&self) -> u32;
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Bucket<E, const N: usize>([E; N]);
+
+/// A table grows once it would be fuller than this.
+const MAX_LOAD_PCT: usize = 94;
+
+/// Entry moves an insert tries before putting the entry in the stash.
+const MAX_KICKS: usize = 256;
+
+/// The bucket index of stash positions.
+const STASH: usize = usize::MAX;
+
+/// The cuckoo core shared by both maps.
+struct Raw<E, const N: usize> {
+  buckets: Vec<Bucket<E, N>>,
+  len: usize,
+  /// Entries no bucket pair could take (many entries sharing one 32-bit hash); normally empty.
+  stash: Vec<E>,
+  /// Picks which entry an insert into two full buckets moves.
+  kick: u32,
+}
+
+impl<E, const N: usize> Default for Raw<E, N> {
+  fn default() -> Self {
+    Raw {
+      buckets: Vec::new(),
+      len: 0,
+      stash: Vec::new(),
+      kick: 0x2545_f491,
+    }
+  }
+}
+
+impl<E: Entry, const N: usize> Raw<E, N> {
+  #[inline(always)]
+  fn pair(&self, h: u32) -> (usize, usize) {
+    let nb = self.buckets.len() as u64;
+    (
+      ((h as u64 * nb) >> 32) as usize,
+      ((rehash(h) as u64 * nb) >> 32) as usize,
+    )
+  }
+
+  /// Hints the CPU to fetch both buckets `h` may be in.
+  #[inline(always)]
+  fn prefetch(&self, h: u32) {
+    if !self.buckets.is_empty() {
+      let (a, b) = self.pair(h);
+      prefetch_read(self.buckets.as_ptr().wrapping_add(a).cast());
+      prefetch_read(self.buckets.as_ptr().wrapping_add(b).cast());
+    }
+  }
+
+  /// (bucket, slot) of the entry with hash `h` that `hit` accepts.
+  #[inline(always)]
+  fn find(&self, h: u32, mut hit: impl FnMut(&E) -> bool) -> Option<(usize, usize)> {
+    if self.len == 0 {
+      return None;
+    }
+    let (a, b) = self.pair(h);
+    for bi in [a, b] {
+      for (i, e) in self.buckets[bi].0.iter().enumerate() {
+        if e.val() == EMPTY {
+          break;
+        }
+        if hit(e) {
+          return Some((bi, i));
+        }
+      }
+    }
+    if self.stash.is_empty() {
+      return None;
+    }
+    self.stash.iter().position(hit).map(|i| (STASH, i))
+  }
+
+  #[inline(always)]
+  fn at(&self, b: usize, i: usize) -> &E {
+    if b == STASH {
+      &self.stash[i]
+    } else {
+      &self.buckets[b].0[i]
+    }
+  }
+
+  #[inline(always)]
+  fn at_mut(&mut self, b: usize, i: usize) -> &mut E {
+    if b == STASH {
+      &mut self.stash[i]
+    } else {
+      &mut self.buckets[b].0[i]
+    }
+  }
+
+  /// Adds an entry known to be absent.
+  #[inline]
+  fn insert_new(&mut self, e: E) {
+    if (self.len + 1) * 100 > self.buckets.len() * N * MAX_LOAD_PCT {
+      self.grow();
+    }
+    if !self.place(e) {
+      self.stash.push(e);
+    }
+    self.len += 1;
+  }
+
+  /// The first free slot of bucket `bi`.
+  #[inline(always)]
+  fn free_slot(&self, bi: usize) -> Option<usize> {
+    self.buckets[bi].0.iter().position(|e| e.val() == EMPTY)
+  }
+
+  /// Puts `e` in one of its buckets, moving other entries to their alternate bucket when both
+  /// are full; false (table unchanged) if that fails.
+  fn place(&mut self, e: E) -> bool {
+    let (a, b) = self.pair(e.hash());
+    // The emptier bucket: keeps buckets evenly filled, so both are rarely full.
+    match (self.free_slot(a), self.free_slot(b)) {
+      (Some(i), Some(j)) if j < i => {
+        self.buckets[b].0[j] = e;
+        return true;
+      }
+      (Some(i), _) => {
+        self.buckets[a].0[i] = e;
+        return true;
+      }
+      (None, Some(j)) => {
+        self.buckets[b].0[j] = e;
+        return true;
+      }
+      (None, None) => {}
+    }
+    // Random walk; moves are recorded so a failed walk can be undone.
+    let mut moves: Vec<(usize, usize)> = Vec::new();
+    let mut cur = e;
+    let mut bi = if self.kick & 1 == 0 { a } else { b };
+    for _ in 0..MAX_KICKS {
+      self.kick ^= self.kick << 13;
+      self.kick ^= self.kick >> 17;
+      self.kick ^= self.kick << 5;
+      let i = (self.kick as usize) % N;
+      cur = std::mem::replace(&mut self.buckets[bi].0[i], cur);
+      moves.push((bi, i));
+      let (x, y) = self.pair(cur.hash());
+      bi = if bi == x { y } else { x };
+      if let Some(j) = self.free_slot(bi) {
+        self.buckets[bi].0[j] = cur;
+        return true;
+      }
+    }
+    // Undo: walk the moves back so every entry is where it was.
+    for &(bi, i) in moves.iter().rev() {
+      cur = std::mem::replace(&mut self.buckets[bi].0[i], cur);
+    }
+    false
+  }
+
+  #[cold]
+  fn grow(&mut self) {
+    let nb = (self.buckets.len() + self.buckets.len() / 4).max(self.buckets.len() + 1);
+    let mut buckets = Vec::with_capacity(nb);
+    advise_huge_pages(
+      buckets.as_ptr() as *const u8,
+      nb * std::mem::size_of::<Bucket<E, N>>(),
+    );
+    buckets.resize(nb, Bucket([E::VACANT; N]));
+    let old = std::mem::replace(&mut self.buckets, buckets);
+    let stash = std::mem::take(&mut self.stash);
+    for &e in old.iter().flat_map(|b| b.0.iter()).chain(&stash) {
+      if e.val() != EMPTY && !self.place(e) {
+        self.stash.push(e);
+      }
+    }
+  }
+
+  /// Empties slot `i` of bucket `bi`, keeping the bucket's entries at its front.
+  #[inline]
+  fn remove_at(&mut self, bi: usize, i: usize) {
+    self.len -= 1;
+    if bi == STASH {
+      self.stash.swap_remove(i);
+      return;
+    }
+    let bucket = &mut self.buckets[bi].0;
+    let last = bucket.iter().rposition(|e| e.val() != EMPTY).unwrap_or(i);
+    bucket[i] = bucket[last];
+    bucket[last] = E::VACANT;
+  }
+
+  fn iter(&self) -> impl Iterator<Item = &E> + '_ {
+    self
+      .buckets
+      .iter()
+      .flat_map(|b| b.0.iter())
+      .filter(|e| e.val() != EMPTY)
+      .chain(&self.stash)
+  }
+
+  fn bytes(&self) -> usize {
+    self.buckets.capacity() * std::mem::size_of::<Bucket<E, N>>()
+      + self.stash.capacity() * std::mem::size_of::<E>()
+  }
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, packed(4))]
+struct KeySlot {
+  key: u64,
+  val: u32,
+}
+
+impl Entry for KeySlot {
+  const VACANT: Self = KeySlot { key: 0, val: EMPTY };
+  #[inline(always)]
+  fn val(&self) -> u32 {
+    self.val
+  }
+  #[inline(always)]
+  fn hash(&self) -> u32 {
+    hash32(self.key)
+  }
+}
+
+/// u64 -> u32 map: 12-byte entries, 5 per bucket.
 #[derive(Default)]
 pub struct U64Map {
-  slots: Vec<Slot>,
-  len: usize,
+  raw: Raw<KeySlot, 5>,
 }
 
 impl U64Map {
-  #[inline(always)]
-  fn mask(&self) -> usize {
-    self.slots.len() - 1
-  }
-
-  #[inline(always)]
-  fn home(&self, key: u64) -> usize {
-    mix(key) as usize & self.mask()
-  }
-
-  /// Hints the CPU to fetch `key`'s home slot.
+  /// Hints the CPU to fetch where `key` may be.
   #[inline(always)]
   pub fn prefetch(&self, key: u64) {
-    if !self.slots.is_empty() {
-      prefetch_read(self.slots.as_ptr().wrapping_add(self.home(key)).cast());
-    }
+    self.raw.prefetch(hash32(key));
   }
 
-  /// The slot holding `key`, or the empty slot where it would go.
   #[inline(always)]
-  fn find(&self, key: u64) -> (usize, bool) {
-    let mask = self.mask();
-    let mut i = self.home(key);
-    loop {
-      let s = self.slots[i];
-      if s.val == EMPTY {
-        return (i, false);
-      }
-      if ({ s.key }) == key {
-        return (i, true);
-      }
-      i = (i + 1) & mask;
-    }
+  fn find(&self, key: u64) -> Option<(usize, usize)> {
+    self.raw.find(hash32(key), |s| ({ s.key }) == key)
   }
 
   #[inline]
   pub fn get(&self, key: u64) -> Option<u32> {
-    if self.len == 0 {
-      return None;
-    }
-    let (i, found) = self.find(key);
-    found.then(|| self.slots[i].val)
-  }
-
-  fn grow(&mut self) {
-    let cap = (self.slots.len() * 2).max(16);
-    let mut slots = Vec::with_capacity(cap);
-    advise_huge_pages(
-      slots.as_ptr() as *const u8,
-      cap * std::mem::size_of::<Slot>(),
-    );
-    slots.resize(cap, VACANT);
-    let old = std::mem::replace(&mut self.slots, slots);
-    for s in old.into_iter().filter(|s| s.val != EMPTY) {
-      let (i, _) = self.find(s.key);
-      self.slots[i] = s;
-    }
-  }
-
-  #[inline]
-  fn reserve_one(&mut self) {
-    if (self.len + 1) * 8 > self.slots.len() * 7 {
-      self.grow();
-    }
+    self.find(key).map(|(b, i)| self.raw.at(b, i).val)
   }
 
   /// Inserts or overwrites; returns the previous value.
   #[inline]
   pub fn insert(&mut self, key: u64, val: u32) -> Option<u32> {
     debug_assert_ne!(val, EMPTY);
-    self.reserve_one();
-    let (i, found) = self.find(key);
-    if found {
-      let old = self.slots[i].val;
-      self.slots[i].val = val;
-      return Some(old);
+    if let Some((b, i)) = self.find(key) {
+      return Some(std::mem::replace(&mut self.raw.at_mut(b, i).val, val));
     }
-    self.slots[i] = Slot { key, val };
-    self.len += 1;
+    self.raw.insert_new(KeySlot { key, val });
     None
   }
 
-  /// The value for `key`, inserting `make()` first when absent (one probe); `true` if inserted.
+  /// The value for `key`, inserting `make()` first when absent; `true` if inserted.
   #[inline]
   pub fn get_or_insert_with(&mut self, key: u64, make: impl FnOnce() -> u32) -> (u32, bool) {
-    self.reserve_one();
-    let (i, found) = self.find(key);
-    if found {
-      return (self.slots[i].val, false);
+    if let Some((b, i)) = self.find(key) {
+      return (self.raw.at(b, i).val, false);
     }
     let val = make();
     debug_assert_ne!(val, EMPTY);
-    self.slots[i] = Slot { key, val };
-    self.len += 1;
+    self.raw.insert_new(KeySlot { key, val });
     (val, true)
   }
 
   #[inline]
   pub fn remove(&mut self, key: u64) -> Option<u32> {
-    if self.len == 0 {
-      return None;
-    }
-    let (mut hole, found) = self.find(key);
-    if !found {
-      return None;
-    }
-    let val = self.slots[hole].val;
-    // Backward-shift: pull later entries of the run into the hole when their home allows it.
-    let mask = self.mask();
-    let mut j = hole;
-    loop {
-      j = (j + 1) & mask;
-      let s = self.slots[j];
-      if s.val == EMPTY {
-        break;
-      }
-      let home = self.home(s.key);
-      // Move s if its home is not cyclically within (hole, j].
-      let dist_hole = hole.wrapping_sub(home) & mask;
-      let dist_j = j.wrapping_sub(home) & mask;
-      if dist_hole < dist_j {
-        self.slots[hole] = s;
-        hole = j;
-      }
-    }
-    self.slots[hole] = VACANT;
-    self.len -= 1;
+    let (b, i) = self.find(key)?;
+    let val = self.raw.at(b, i).val;
+    self.raw.remove_at(b, i);
     Some(val)
   }
 
   pub fn len(&self) -> usize {
-    self.len
+    self.raw.len
   }
 
   pub fn is_empty(&self) -> bool {
-    self.len == 0
+    self.raw.len == 0
   }
 
   pub fn clear(&mut self) {
-    self.slots = Vec::new();
-    self.len = 0;
+    self.raw = Raw::default();
   }
 
   pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-    self
-      .slots
-      .iter()
-      .filter(|s| s.val != EMPTY)
-      .map(|s| (s.key, s.val))
+    self.raw.iter().map(|s| (s.key, s.val))
   }
 
   /// Heap bytes held.
   pub fn bytes(&self) -> usize {
-    self.slots.capacity() * std::mem::size_of::<Slot>()
+    self.raw.bytes()
+  }
+}
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct TagSlot {
+  tag: u32,
+  val: u32,
+}
+
+impl Entry for TagSlot {
+  const VACANT: Self = TagSlot { tag: 0, val: EMPTY };
+  #[inline(always)]
+  fn val(&self) -> u32 {
+    self.val
+  }
+  #[inline(always)]
+  fn hash(&self) -> u32 {
+    self.tag
+  }
+}
+
+/// A set of u32 values found by the 32-bit hash (`hash32`) of a key the caller keeps: 8-byte
+/// entries of (tag, value), 8 per bucket. `eq(value)` confirms a tag match against the caller's
+/// key.
+#[derive(Default)]
+pub struct TagMap {
+  raw: Raw<TagSlot, 8>,
+}
+
+impl TagMap {
+  #[inline(always)]
+  pub fn prefetch(&self, h: u32) {
+    self.raw.prefetch(h);
+  }
+
+  #[inline]
+  pub fn get(&self, h: u32, mut eq: impl FnMut(u32) -> bool) -> Option<u32> {
+    self
+      .raw
+      .find(h, |s| s.tag == h && eq(s.val))
+      .map(|(b, i)| self.raw.at(b, i).val)
+  }
+
+  /// The value matching `h` and `eq`, inserting `make()` first when absent; `true` if inserted.
+  #[inline]
+  pub fn get_or_insert_with(
+    &mut self,
+    h: u32,
+    eq: impl FnMut(u32) -> bool,
+    make: impl FnOnce() -> u32,
+  ) -> (u32, bool) {
+    if let Some(v) = self.get(h, eq) {
+      return (v, false);
+    }
+    let val = make();
+    debug_assert_ne!(val, EMPTY);
+    self.raw.insert_new(TagSlot { tag: h, val });
+    (val, true)
+  }
+
+  /// Removes the entry `(h, val)`; false if absent. Needs no `eq`: values are unique.
+  #[inline]
+  pub fn remove(&mut self, h: u32, val: u32) -> bool {
+    match self.raw.find(h, |s| s.val == val) {
+      Some((b, i)) => {
+        self.raw.remove_at(b, i);
+        true
+      }
+      None => false,
+    }
+  }
+
+  pub fn len(&self) -> usize {
+    self.raw.len
+  }
+
+  pub fn is_empty(&self) -> bool {
+    self.raw.len == 0
+  }
+
+  /// Heap bytes held.
+  pub fn bytes(&self) -> usize {
+    self.raw.bytes()
   }
 }
 
@@ -226,16 +466,25 @@ pub(crate) fn prefetch_read(p: *const u8) {
 #[cfg(test)]
 mod tests {
   use super::*;
+  use std::collections::HashMap;
+
+  struct Rng(u64);
+  impl Rng {
+    fn next(&mut self) -> u64 {
+      self.0 ^= self.0 << 13;
+      self.0 ^= self.0 >> 7;
+      self.0 ^= self.0 << 17;
+      self.0
+    }
+  }
 
   #[test]
-  fn behaves_like_a_map_for_random_and_sequential_keys() {
+  fn u64_map_behaves_like_a_map_for_random_and_sequential_keys() {
     let mut m = U64Map::default();
-    let mut reference = std::collections::HashMap::new();
-    let mut x = 0x1234_5678_9abc_def0u64;
+    let mut reference = HashMap::new();
+    let mut rng = Rng(0x1234_5678_9abc_def0);
     for i in 0..200_000u64 {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
+      let x = rng.next();
       let key = match i % 3 {
         0 => i,
         1 => x,
@@ -248,8 +497,9 @@ mod tests {
       }
       if i % 5 == 0 {
         let (v, inserted) = m.get_or_insert_with(x % 997, || 7);
+        let present = reference.contains_key(&(x % 997));
         let r = *reference.entry(x % 997).or_insert(7);
-        assert_eq!((v, inserted), (r, inserted));
+        assert_eq!((v, inserted), (r, !present));
       }
     }
     assert_eq!(m.len(), reference.len());
@@ -257,6 +507,87 @@ mod tests {
       assert_eq!(m.get(*k), Some(*v), "{k}");
     }
     assert_eq!(m.iter().count(), reference.len());
-    assert_eq!(std::mem::size_of::<Slot>(), 12);
+    assert_eq!(std::mem::size_of::<KeySlot>(), 12);
+  }
+
+  #[test]
+  fn u64_map_grows_and_drains() {
+    let mut m = U64Map::default();
+    for k in 0..100_000u64 {
+      assert_eq!(m.insert(k * 7919, k as u32), None);
+      let load = m.len() as f64 / (m.raw.buckets.len() * 5) as f64;
+      assert!(load <= 0.94, "{load}");
+      assert!(m.len() < 1000 || load > 0.74, "{load}");
+    }
+    for k in 0..100_000u64 {
+      assert_eq!(m.remove(k * 7919), Some(k as u32));
+      assert_eq!(m.get(k * 7919), None);
+    }
+    assert!(m.is_empty());
+    assert_eq!(m.iter().count(), 0);
+  }
+
+  /// Keys with forced tag collisions: `tag_of` keeps few distinct tags, so runs hold many
+  /// entries with equal tags and `eq` must tell them apart.
+  fn tag_map_against_hash_map(tag_of: impl Fn(u64) -> u32, ops: u64) {
+    let mut m = TagMap::default();
+    let mut keys: Vec<u64> = Vec::new(); // value -> key
+    let mut free: Vec<u32> = Vec::new();
+    let mut reference: HashMap<u64, u32> = HashMap::new();
+    let mut rng = Rng(0x0bad_cafe_dead_beef);
+    for i in 0..ops {
+      let x = rng.next();
+      let key = match i % 3 {
+        0 => x % 4096,
+        1 => x,
+        _ => i,
+      };
+      let h = tag_of(key);
+      if x % 5 < 3 {
+        let next = free.last().copied().unwrap_or(keys.len() as u32);
+        let (v, inserted) = m.get_or_insert_with(h, |v| keys[v as usize] == key, || next);
+        assert_eq!(inserted, !reference.contains_key(&key));
+        if inserted {
+          assert_eq!(v, next);
+          if free.pop().is_none() {
+            keys.push(key);
+          } else {
+            keys[v as usize] = key;
+          }
+          reference.insert(key, v);
+        } else {
+          assert_eq!(Some(&v), reference.get(&key));
+        }
+      } else {
+        let expect = reference.remove(&key);
+        assert_eq!(m.get(h, |v| keys[v as usize] == key), expect);
+        if let Some(v) = expect {
+          assert!(m.remove(h, v));
+          free.push(v);
+        } else {
+          assert!(!m.remove(h, u32::MAX - 1));
+        }
+      }
+      assert_eq!(m.len(), reference.len());
+    }
+    for (&k, &v) in &reference {
+      assert_eq!(m.get(tag_of(k), |w| keys[w as usize] == k), Some(v));
+    }
+    for (&k, &v) in &reference {
+      assert!(m.remove(tag_of(k), v));
+    }
+    assert!(m.is_empty());
+    assert_eq!(std::mem::size_of::<TagSlot>(), 8);
+  }
+
+  #[test]
+  fn tag_map_behaves_like_a_map() {
+    tag_map_against_hash_map(hash32, 200_000);
+  }
+
+  #[test]
+  fn tag_map_tells_keys_with_equal_tags_apart() {
+    tag_map_against_hash_map(|k| hash32(k % 61), 60_000);
+    tag_map_against_hash_map(|k| (k % 3) as u32 * 0x5555_5555, 20_000);
   }
 }
