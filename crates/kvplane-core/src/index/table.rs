@@ -63,6 +63,8 @@ struct Raw<E, const N: usize> {
   stash: Vec<E>,
   /// Picks which entry an insert into two full buckets moves.
   kick: u32,
+  /// The moves of the last random walk (kept to reuse the allocation).
+  moves: Vec<(usize, usize)>,
 }
 
 impl<E, const N: usize> Default for Raw<E, N> {
@@ -72,6 +74,7 @@ impl<E, const N: usize> Default for Raw<E, N> {
       len: 0,
       stash: Vec::new(),
       kick: 0x2545_f491,
+      moves: Vec::new(),
     }
   }
 }
@@ -175,8 +178,34 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       }
       (None, None) => {}
     }
+    // Both full: first look for an entry of either bucket whose other bucket has room (one
+    // move; all those buckets are fetched at once), then fall back to a random walk.
+    let alt = |t: &Self, bi: usize, i: usize| {
+      let (x, y) = t.pair(t.buckets[bi].0[i].hash());
+      if x == bi {
+        y
+      } else {
+        x
+      }
+    };
+    for bi in [a, b] {
+      for i in 0..N {
+        prefetch_read(self.buckets.as_ptr().wrapping_add(alt(self, bi, i)).cast());
+      }
+    }
+    for bi in [a, b] {
+      for i in 0..N {
+        let to = alt(self, bi, i);
+        if let Some(j) = self.free_slot(to) {
+          self.buckets[to].0[j] = self.buckets[bi].0[i];
+          self.buckets[bi].0[i] = e;
+          return true;
+        }
+      }
+    }
     // Random walk; moves are recorded so a failed walk can be undone.
-    let mut moves: Vec<(usize, usize)> = Vec::new();
+    let mut moves = std::mem::take(&mut self.moves);
+    moves.clear();
     let mut cur = e;
     let mut bi = if self.kick & 1 == 0 { a } else { b };
     for _ in 0..MAX_KICKS {
@@ -190,6 +219,7 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       bi = if bi == x { y } else { x };
       if let Some(j) = self.free_slot(bi) {
         self.buckets[bi].0[j] = cur;
+        self.moves = moves;
         return true;
       }
     }
@@ -197,6 +227,7 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     for &(bi, i) in moves.iter().rev() {
       cur = std::mem::replace(&mut self.buckets[bi].0[i], cur);
     }
+    self.moves = moves;
     false
   }
 
