@@ -10,7 +10,7 @@ use crate::hash::{hash_blocks, Algo, HashOptions};
 use crate::index::{
   Index, IndexConfig, MatchOptions, Matches, StoredBlocks, WorkerDump, WorkerKey,
 };
-use crate::log::{Logged, ReplayLog, DEFAULT_BUFFER_STEPS};
+use crate::log::{Logged, Payload, ReplayLog, DEFAULT_BUFFER_STEPS};
 use crate::queue::{EventQueue, Taken};
 use std::sync::Arc;
 
@@ -97,7 +97,7 @@ pub struct ApplyReport {
   /// Events that failed closed (unsupported layout); their worker was cleared.
   pub errors: Vec<KvError>,
   /// The batch as logged and published (in the log format).
-  pub payload: Arc<[u8]>,
+  pub payload: Payload,
   /// The same batch as SMG's protobuf `KvEventBatch`, when the proto stream is on.
   pub proto: Option<Vec<u8>>,
 }
@@ -247,11 +247,12 @@ impl LocalIndexer {
   fn log_batch(
     &mut self,
     seq: u64,
-    payload: Vec<u8>,
+    mut payload: Vec<u8>,
     proto: Option<Vec<u8>>,
     errors: Vec<KvError>,
   ) -> ApplyReport {
-    let payload: Arc<[u8]> = payload.into();
+    payload.shrink_to_fit();
+    let payload = Arc::new(payload);
     self.last_seq = seq;
     self.log.push(Logged {
       seq,

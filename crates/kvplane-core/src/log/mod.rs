@@ -6,11 +6,15 @@ use crate::error::{count_from_f64, KvResult};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+/// An encoded batch, shared between the log and whoever sends it (kept as the encoder's buffer:
+/// never copied).
+pub type Payload = Arc<Vec<u8>>;
+
 /// A batch as published: its seq and its encoded payload.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Logged {
   pub seq: u64,
-  pub payload: Arc<[u8]>,
+  pub payload: Payload,
 }
 
 /// vLLM's `buffer_steps` default.
@@ -98,7 +102,7 @@ mod tests {
   fn batch(seq: u64) -> Logged {
     Logged {
       seq,
-      payload: Arc::from(vec![seq as u8; 3]),
+      payload: Arc::new(vec![seq as u8; 3]),
     }
   }
 
