@@ -355,7 +355,7 @@ impl Index {
           .sets
           .bump_kids(&mut self.nodes[prev as usize], prev, slot, true);
       }
-      self.workers[slot as usize].engine.insert(eh, node);
+      self.workers[slot as usize].engine.insert_absent(eh, node);
       prev = node;
     }
     self.scratch_keys = keys;
@@ -431,9 +431,10 @@ impl Index {
   }
 
   fn remove(&mut self, slot: u32, block_hashes: &[u64]) {
-    // Prefetch the engine slots, then the nodes they name, then the key slots reclaim will
-    // probe; then remove block by block as usual.
-    let engine = &self.workers[slot as usize].engine;
+    // Take every block out of the engine map first (its buckets prefetched together), then
+    // prefetch the nodes they name and the key slots reclaim will probe; then remove the blocks
+    // in order. Equivalent to removing them one by one: a removal touches no other engine id.
+    let engine = &mut self.workers[slot as usize].engine;
     for &eh in block_hashes {
       engine.prefetch(eh);
     }
@@ -442,7 +443,7 @@ impl Index {
     nodes.extend(
       block_hashes
         .iter()
-        .map(|&eh| engine.get(eh).unwrap_or(NONE)),
+        .map(|&eh| engine.remove(eh).unwrap_or(NONE)),
     );
     for &n in nodes.iter().filter(|&&n| n != NONE) {
       table::prefetch_read(std::ptr::addr_of!(self.nodes[n as usize]).cast());
@@ -450,21 +451,32 @@ impl Index {
     for &n in nodes.iter().filter(|&&n| n != NONE) {
       self.by_key.prefetch(hash32(self.nodes[n as usize].key));
     }
-    self.scratch_nodes = nodes;
-    for &eh in block_hashes {
-      if !self.remove_one(slot, eh) {
+    for &n in &nodes {
+      if n == NONE {
         self.drop_event(DropReason::UnknownRemoved, 1);
+      } else {
+        self.remove_node(slot, n);
       }
+    }
+    self.scratch_nodes = nodes;
+  }
+
+  /// Removes engine id `eh` of the worker; false if it holds no such id.
+  fn remove_one(&mut self, slot: u32, eh: u64) -> bool {
+    match self.workers[slot as usize].engine.remove(eh) {
+      Some(node) => {
+        self.remove_node(slot, node);
+        true
+      }
+      None => false,
     }
   }
 
-  fn remove_one(&mut self, slot: u32, eh: u64) -> bool {
-    let Some(node) = self.workers[slot as usize].engine.remove(eh) else {
-      return false;
-    };
+  /// Takes the worker out of `node`, whose engine id was just removed from its engine map.
+  fn remove_node(&mut self, slot: u32, node: u32) {
     let Some(kids) = self.sets.remove(&mut self.nodes[node as usize], node, slot) else {
       debug_assert!(false, "engine map and worker sets disagree");
-      return true;
+      return;
     };
     self.memberships -= 1;
     let w = &mut self.workers[slot as usize];
@@ -486,7 +498,6 @@ impl Index {
       w.unreachable = w.unreachable.saturating_sub(1);
     }
     self.reclaim(node);
-    true
   }
 
   fn clear_slot(&mut self, slot: u32) {

@@ -331,6 +331,14 @@ impl U64Map {
     None
   }
 
+  /// Inserts `key`, which the caller knows is absent (one probe fewer than `insert`).
+  #[inline]
+  pub fn insert_absent(&mut self, key: u64, val: u32) {
+    debug_assert_ne!(val, EMPTY);
+    debug_assert!(self.find(key).is_none(), "insert_absent of a present key");
+    self.raw.insert_new(KeySlot { key, val });
+  }
+
   /// The value for `key`, inserting `make()` first when absent; `true` if inserted.
   #[inline]
   pub fn get_or_insert_with(&mut self, key: u64, make: impl FnOnce() -> u32) -> (u32, bool) {
