@@ -1,10 +1,15 @@
 //! Hash tables for the index's big maps: bucketized cuckoo hashing. An entry lives in one of two
-//! 64-byte buckets (one cache line each) chosen from its 32-bit hash; inserting into two full
-//! buckets moves entries to their other bucket. Bucket counts are not powers of two (fastrange:
+//! 64-byte buckets (one cache line each) chosen from its 32-bit hash: its first bucket when that
+//! has room, else its second. Bucket counts are not powers of two (fastrange:
 //! `(h * buckets) >> 32`), and a table grows by a quarter once it is 94% full, so it stays
-//! 75-94% full while a lookup still reads at most two cache lines, both known from the key alone:
-//! a batch can `prefetch` all of its lookups before making any (applying events is bound by cache
-//! misses on these tables). Entries are kept at the front of each bucket.
+//! 75-94% full.
+//!
+//! Beside the buckets, a table keeps one byte per bucket, small enough to stay in the CPU's L2
+//! cache: how many entries the bucket holds, and how many entries whose first bucket it is live
+//! in their second one. So a lookup reads one cache line unless its first bucket has overflowed
+//! (`prefetch` knows which lines a lookup will read before it makes it), and an insert into a
+//! full bucket picks an entry to move by reading only those bytes: the move itself is a write,
+//! which the CPU does not wait for. Entries are kept at the front of each bucket.
 //!
 //! `U64Map` holds u64 keys with u32 values (5 per bucket). `TagMap` holds only a 32-bit hash tag
 //! and a u32 value (8 per bucket): the caller keeps the key with the value (the index keeps it in
@@ -26,7 +31,7 @@ pub(crate) fn hash32(k: u64) -> u32 {
   (mix(k) >> 32) as u32
 }
 
-/// A second, independent 32-bit hash of `h` (for the alternate bucket).
+/// A second, independent 32-bit hash of `h` (for the second bucket).
 #[inline(always)]
 fn rehash(mut x: u32) -> u32 {
   x ^= x >> 16;
@@ -55,13 +60,22 @@ const MAX_KICKS: usize = 256;
 /// The bucket index of stash positions.
 const STASH: usize = usize::MAX;
 
+/// Low half of a bucket's meta byte: entries held (at most 8).
+const FILL: u8 = 0x0f;
+/// High half: entries whose first bucket this is, held in their second. Stays at 15 once there
+/// (it can no longer be counted down exactly), which only costs lookups a second read.
+const OVER_STEP: u8 = 0x10;
+const OVER_MAX: u8 = 0xf0;
+
 /// The cuckoo core shared by both maps.
 struct Raw<E, const N: usize> {
   buckets: Vec<Bucket<E, N>>,
+  /// One byte per bucket: `FILL` and overflow halves.
+  meta: Vec<u8>,
   len: usize,
   /// Entries no bucket pair could take (many entries sharing one 32-bit hash); normally empty.
   stash: Vec<E>,
-  /// Picks which entry an insert into two full buckets moves.
+  /// Picks which entry a random walk moves.
   kick: u32,
   /// The moves of the last random walk (kept to reuse the allocation).
   moves: Vec<(usize, usize)>,
@@ -71,6 +85,7 @@ impl<E, const N: usize> Default for Raw<E, N> {
   fn default() -> Self {
     Raw {
       buckets: Vec::new(),
+      meta: Vec::new(),
       len: 0,
       stash: Vec::new(),
       kick: 0x2545_f491,
@@ -80,6 +95,7 @@ impl<E, const N: usize> Default for Raw<E, N> {
 }
 
 impl<E: Entry, const N: usize> Raw<E, N> {
+  /// The first and second bucket of hash `h`.
   #[inline(always)]
   fn pair(&self, h: u32) -> (usize, usize) {
     let nb = self.buckets.len() as u64;
@@ -89,13 +105,33 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     )
   }
 
-  /// Hints the CPU to fetch both buckets `h` may be in.
+  #[inline(always)]
+  fn fill(&self, bi: usize) -> usize {
+    (self.meta[bi] & FILL) as usize
+  }
+
+  /// Whether entries whose first bucket is `bi` may be in their second.
+  #[inline(always)]
+  fn overflowed(&self, bi: usize) -> bool {
+    self.meta[bi] >= OVER_STEP
+  }
+
+  /// The buckets a lookup of `h` reads: the first, and the second only if the first overflowed.
+  #[inline(always)]
+  fn probe(&self, h: u32) -> (usize, Option<usize>) {
+    let (a, b) = self.pair(h);
+    (a, (self.overflowed(a) && b != a).then_some(b))
+  }
+
+  /// Hints the CPU to fetch the buckets a lookup of `h` reads.
   #[inline(always)]
   fn prefetch(&self, h: u32) {
     if !self.buckets.is_empty() {
-      let (a, b) = self.pair(h);
+      let (a, b) = self.probe(h);
       prefetch_read(self.buckets.as_ptr().wrapping_add(a).cast());
-      prefetch_read(self.buckets.as_ptr().wrapping_add(b).cast());
+      if let Some(b) = b {
+        prefetch_read(self.buckets.as_ptr().wrapping_add(b).cast());
+      }
     }
   }
 
@@ -105,13 +141,11 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     if self.len == 0 {
       return None;
     }
-    let (a, b) = self.pair(h);
-    for bi in [a, b] {
-      for (i, e) in self.buckets[bi].0.iter().enumerate() {
-        if e.val() == EMPTY {
-          break;
-        }
-        if hit(e) {
+    let (a, b) = self.probe(h);
+    for bi in std::iter::once(a).chain(b) {
+      let bucket = &self.buckets[bi].0;
+      for i in 0..self.fill(bi) {
+        if hit(&bucket[i]) {
           return Some((bi, i));
         }
       }
@@ -131,12 +165,13 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     }
   }
 
+  /// Changes the value of the entry at (b, i) (its hash, hence its place, stays).
   #[inline(always)]
-  fn at_mut(&mut self, b: usize, i: usize) -> &mut E {
+  fn set_val(&mut self, b: usize, i: usize, f: impl FnOnce(&mut E)) {
     if b == STASH {
-      &mut self.stash[i]
+      f(&mut self.stash[i])
     } else {
-      &mut self.buckets[b].0[i]
+      f(&mut self.buckets[b].0[i])
     }
   }
 
@@ -152,53 +187,74 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     self.len += 1;
   }
 
-  /// The first free slot of bucket `bi`.
+  /// Counts `e`, now held in bucket `bi`, as overflowed from its first bucket if `bi` is its
+  /// second (`up`), or takes it out of that count (`!up`).
   #[inline(always)]
-  fn free_slot(&self, bi: usize) -> Option<usize> {
-    self.buckets[bi].0.iter().position(|e| e.val() == EMPTY)
+  fn count_over(&mut self, e: &E, bi: usize, up: bool) {
+    let (first, _) = self.pair(e.hash());
+    if first != bi {
+      let m = &mut self.meta[first];
+      if *m < OVER_MAX {
+        if up {
+          *m += OVER_STEP;
+        } else {
+          *m -= OVER_STEP;
+        }
+      }
+    }
   }
 
-  /// Puts `e` in one of its buckets, moving other entries to their alternate bucket when both
-  /// are full; false (table unchanged) if that fails.
+  /// Appends `e` to bucket `bi`, which has room.
+  #[inline(always)]
+  fn push(&mut self, bi: usize, e: E) {
+    debug_assert_ne!(e.val(), EMPTY);
+    let i = self.fill(bi);
+    self.buckets[bi].0[i] = e;
+    self.meta[bi] += 1;
+    self.count_over(&e, bi, true);
+  }
+
+  /// Puts `e` at slot `i` of bucket `bi` and returns the entry it replaces.
+  #[inline(always)]
+  fn swap(&mut self, bi: usize, i: usize, e: E) -> E {
+    let old = std::mem::replace(&mut self.buckets[bi].0[i], e);
+    self.count_over(&old, bi, false);
+    self.count_over(&e, bi, true);
+    old
+  }
+
+  /// The other bucket of an entry held in bucket `bi`.
+  #[inline(always)]
+  fn other(&self, e: &E, bi: usize) -> usize {
+    let (x, y) = self.pair(e.hash());
+    if x == bi {
+      y
+    } else {
+      x
+    }
+  }
+
+  /// Puts `e` in one of its buckets, moving entries to their other bucket when both are full;
+  /// false (table unchanged) if that fails.
   fn place(&mut self, e: E) -> bool {
     let (a, b) = self.pair(e.hash());
-    // The emptier bucket: keeps buckets evenly filled, so both are rarely full.
-    match (self.free_slot(a), self.free_slot(b)) {
-      (Some(i), Some(j)) if j < i => {
-        self.buckets[b].0[j] = e;
-        return true;
-      }
-      (Some(i), _) => {
-        self.buckets[a].0[i] = e;
-        return true;
-      }
-      (None, Some(j)) => {
-        self.buckets[b].0[j] = e;
-        return true;
-      }
-      (None, None) => {}
+    if self.fill(a) < N {
+      self.push(a, e);
+      return true;
     }
-    // Both full: first look for an entry of either bucket whose other bucket has room (one
-    // move; all those buckets are fetched at once), then fall back to a random walk.
-    let alt = |t: &Self, bi: usize, i: usize| {
-      let (x, y) = t.pair(t.buckets[bi].0[i].hash());
-      if x == bi {
-        y
-      } else {
-        x
-      }
-    };
+    if self.fill(b) < N {
+      self.push(b, e);
+      return true;
+    }
+    // Both full: move one entry of either bucket whose other bucket has room (the meta bytes say
+    // which, without reading those buckets; bucket `a` is in cache from the lookup).
     for bi in [a, b] {
       for i in 0..N {
-        prefetch_read(self.buckets.as_ptr().wrapping_add(alt(self, bi, i)).cast());
-      }
-    }
-    for bi in [a, b] {
-      for i in 0..N {
-        let to = alt(self, bi, i);
-        if let Some(j) = self.free_slot(to) {
-          self.buckets[to].0[j] = self.buckets[bi].0[i];
-          self.buckets[bi].0[i] = e;
+        let x = self.buckets[bi].0[i];
+        let to = self.other(&x, bi);
+        if to != bi && self.fill(to) < N {
+          self.swap(bi, i, e);
+          self.push(to, x);
           return true;
         }
       }
@@ -213,19 +269,18 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       self.kick ^= self.kick >> 17;
       self.kick ^= self.kick << 5;
       let i = (self.kick as usize) % N;
-      cur = std::mem::replace(&mut self.buckets[bi].0[i], cur);
+      cur = self.swap(bi, i, cur);
       moves.push((bi, i));
-      let (x, y) = self.pair(cur.hash());
-      bi = if bi == x { y } else { x };
-      if let Some(j) = self.free_slot(bi) {
-        self.buckets[bi].0[j] = cur;
+      bi = self.other(&cur, bi);
+      if self.fill(bi) < N {
+        self.push(bi, cur);
         self.moves = moves;
         return true;
       }
     }
     // Undo: walk the moves back so every entry is where it was.
     for &(bi, i) in moves.iter().rev() {
-      cur = std::mem::replace(&mut self.buckets[bi].0[i], cur);
+      cur = self.swap(bi, i, cur);
     }
     self.moves = moves;
     false
@@ -241,9 +296,17 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     );
     buckets.resize(nb, Bucket([E::VACANT; N]));
     let old = std::mem::replace(&mut self.buckets, buckets);
+    let old_meta = std::mem::replace(&mut self.meta, vec![0; nb]);
     let stash = std::mem::take(&mut self.stash);
-    for &e in old.iter().flat_map(|b| b.0.iter()).chain(&stash) {
-      if e.val() != EMPTY && !self.place(e) {
+    for (bucket, m) in old.iter().zip(&old_meta) {
+      for &e in &bucket.0[..(m & FILL) as usize] {
+        if !self.place(e) {
+          self.stash.push(e);
+        }
+      }
+    }
+    for e in stash {
+      if !self.place(e) {
         self.stash.push(e);
       }
     }
@@ -257,24 +320,52 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       self.stash.swap_remove(i);
       return;
     }
+    let last = self.fill(bi) - 1;
     let bucket = &mut self.buckets[bi].0;
-    let last = bucket.iter().rposition(|e| e.val() != EMPTY).unwrap_or(i);
+    let e = bucket[i];
     bucket[i] = bucket[last];
     bucket[last] = E::VACANT;
+    self.meta[bi] -= 1;
+    self.count_over(&e, bi, false);
   }
 
   fn iter(&self) -> impl Iterator<Item = &E> + '_ {
     self
       .buckets
       .iter()
-      .flat_map(|b| b.0.iter())
-      .filter(|e| e.val() != EMPTY)
+      .zip(&self.meta)
+      .flat_map(|(b, m)| b.0[..(m & FILL) as usize].iter())
       .chain(&self.stash)
   }
 
   fn bytes(&self) -> usize {
     self.buckets.capacity() * std::mem::size_of::<Bucket<E, N>>()
+      + self.meta.capacity()
       + self.stash.capacity() * std::mem::size_of::<E>()
+  }
+
+  /// Checks the meta bytes against the buckets (tests).
+  #[cfg(test)]
+  fn check(&self) {
+    let mut over = vec![0usize; self.buckets.len()];
+    for (bi, bucket) in self.buckets.iter().enumerate() {
+      let fill = self.fill(bi);
+      for (i, e) in bucket.0.iter().enumerate() {
+        assert_eq!(e.val() != EMPTY, i < fill, "bucket {bi} slot {i}");
+        if i < fill {
+          let (x, y) = self.pair(e.hash());
+          assert!(bi == x || bi == y);
+          if bi != x {
+            over[x] += 1;
+          }
+        }
+      }
+    }
+    for (bi, &n) in over.iter().enumerate() {
+      let m = (self.meta[bi] >> 4) as usize;
+      // Exact below 15; at 15 it stays (sticky), whatever the count is.
+      assert!(m == n || m == 15, "overflow of bucket {bi}: {m} vs {n}");
+    }
   }
 }
 
@@ -325,7 +416,11 @@ impl U64Map {
   pub fn insert(&mut self, key: u64, val: u32) -> Option<u32> {
     debug_assert_ne!(val, EMPTY);
     if let Some((b, i)) = self.find(key) {
-      return Some(std::mem::replace(&mut self.raw.at_mut(b, i).val, val));
+      let mut old = val;
+      self
+        .raw
+        .set_val(b, i, |s| old = std::mem::replace(&mut s.val, val));
+      return Some(old);
     }
     self.raw.insert_new(KeySlot { key, val });
     None
@@ -445,8 +540,8 @@ impl TagMap {
       if self.raw.len == 0 {
         return None;
       }
-      let (a, b) = self.raw.pair(h);
-      for bi in [a, b] {
+      let (a, b) = self.raw.probe(h);
+      for bi in std::iter::once(a).chain(b) {
         let bucket = &self.raw.buckets[bi].0;
         let mut hits = tag_hits(bucket, h);
         while hits != 0 {
@@ -589,7 +684,11 @@ mod tests {
         let r = *reference.entry(x % 997).or_insert(7);
         assert_eq!((v, inserted), (r, !present));
       }
+      if i % 20_000 == 0 {
+        m.raw.check();
+      }
     }
+    m.raw.check();
     assert_eq!(m.len(), reference.len());
     for (k, v) in &reference {
       assert_eq!(m.get(*k), Some(*v), "{k}");
@@ -657,7 +756,11 @@ mod tests {
         }
       }
       assert_eq!(m.len(), reference.len());
+      if i % 10_000 == 0 {
+        m.raw.check();
+      }
     }
+    m.raw.check();
     for (&k, &v) in &reference {
       assert_eq!(m.get(tag_of(k), |w| keys[w as usize] == k), Some(v));
     }
