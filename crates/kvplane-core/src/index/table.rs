@@ -143,11 +143,9 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     }
     let (a, b) = self.probe(h);
     for bi in std::iter::once(a).chain(b) {
-      let bucket = &self.buckets[bi].0;
-      for i in 0..self.fill(bi) {
-        if hit(&bucket[i]) {
-          return Some((bi, i));
-        }
+      let held = &self.buckets[bi].0[..self.fill(bi)];
+      if let Some(i) = held.iter().position(&mut hit) {
+        return Some((bi, i));
       }
     }
     if self.stash.is_empty() {
