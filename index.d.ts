@@ -13,8 +13,11 @@ export declare class NativeEventQueue {
   constructor(maxQueueSize?: number | undefined | null)
   /** Enqueues events (all are checked first); returns how many were accepted, the rest dropped. */
   pushEvents(events: Array<EventIn>): number
-  /** Enqueues events given as columns; returns how many were accepted, the rest dropped. */
-  pushColumns(cols: EventColumnsIn): number
+  /**
+   * Enqueues events given as columns (see `ColumnArgs`); returns how many were accepted, the
+   * rest dropped.
+   */
+  pushColumns(kinds: Uint8Array, hashCounts: Uint32Array, hashes: BigUint64Array, parents: BigUint64Array, hasParent: Uint8Array, tokens: Uint32Array, blockSize: number, attrs?: ColumnAttrsIn | undefined | null): number
   get length(): number
   get capacity(): number
   /** Events dropped because the queue was full. */
@@ -50,10 +53,12 @@ export declare class NativeLocalIndexer {
   replay(start: bigint, max: number, format?: string | undefined | null): ReplayOut
   applyBatch(batch: BatchIn): ApplyReportOut
   /**
-   * Applies events given as columns as the next batches (at most 1024 events each), in one
-   * call: the bulk path, with no JS object per event.
+   * Applies events given as columns (see `ColumnArgs`) as the next batches (at most 1024 events
+   * each), in one call: the bulk path, with no JS object per event. Returns the seq of the one
+   * batch when there is one and no event failed (the common case, with nothing to allocate),
+   * else one report per batch.
    */
-  applyColumns(cols: EventColumnsIn, ts: number, dpRank?: number | undefined | null): Array<ApplyReportOut>
+  applyColumns(kinds: Uint8Array, hashCounts: Uint32Array, hashes: BigUint64Array, parents: BigUint64Array, hasParent: Uint8Array, tokens: Uint32Array, blockSize: number, attrs: ColumnAttrsIn | undefined | null, ts: number, dpRank?: number | undefined | null): bigint | Array<ApplyReportOut>
   /**
    * Scores workers for a request: its tokens (`Uint32Array` or numbers), hashed as the index's keys, or
    * already its chained block hashes (`BigUint64Array`). Packed result: see `pack_matches`.
@@ -92,6 +97,13 @@ export interface BatchOut {
   ts: number
   dpRank?: number
   events: Array<EventOut>
+}
+
+/** The optional attributes of a column chunk's events (one object per call, only when set). */
+export interface ColumnAttrsIn {
+  medium?: string
+  loraId?: bigint
+  loraName?: string
 }
 
 /**
@@ -142,24 +154,6 @@ export interface EncodedApplyOut {
 
 /** Encodes SMG's `SubscribeKvEventsRequest` (`start` 0 = live from now). */
 export declare function encodeSubscribeRequest(start: bigint): Buffer
-
-export interface EventColumnsIn {
-  /** Per event: 0 stored, 1 removed, 2 cleared. */
-  kinds: Uint8Array
-  /** Per event: its number of block hashes. */
-  hashCounts: Uint32Array
-  /** Every event's block hashes, concatenated. */
-  hashes: BigUint64Array
-  /** Per event: the stored event's parent hash (read where `hasParent` is 1). */
-  parents: BigUint64Array
-  hasParent: Uint8Array
-  /** Every stored event's tokens, concatenated. */
-  tokens: Uint32Array
-  blockSize: number
-  medium?: string
-  loraId?: number
-  loraName?: string
-}
 
 export interface EventIn {
   type: string

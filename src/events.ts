@@ -134,6 +134,12 @@ export interface EventColumns {
   tokens: Uint32Array;
   blockSize: number;
   medium?: string;
-  loraId?: number;
+  loraId?: bigint;
   loraName?: string;
+}
+
+/** The optional attributes of a column chunk, as the native call takes them (null when none). */
+export function columnAttrs(c: EventColumns): { medium?: string; loraId?: bigint; loraName?: string } | null {
+  if (c.medium === undefined && c.loraId === undefined && c.loraName === undefined) return null;
+  return { medium: c.medium, loraId: c.loraId, loraName: c.loraName };
 }

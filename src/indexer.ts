@@ -1,6 +1,6 @@
 import type { Dialect } from './codec.js';
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
-import type { EventColumns, KvEventBatch, KvEventBatchOut, KvEventOut } from './events.js';
+import { columnAttrs, type EventColumns, type KvEventBatch, type KvEventBatchOut, type KvEventOut } from './events.js';
 import type { HashBlocksOptions } from './hash.js';
 import native from './native.js';
 
@@ -183,7 +183,22 @@ export class LocalIndexer {
    */
   applyColumns(columns: EventColumns, options: { dpRank?: number | null; ts?: number } = {}): ApplyResult[] {
     const ts = options.ts ?? Date.now() / 1000;
-    const r = callNative(() => this.#native.applyColumns(columns, ts, options.dpRank ?? null));
+    const c = columns;
+    const r = callNative(() =>
+      this.#native.applyColumns(
+        c.kinds,
+        c.hashCounts,
+        c.hashes,
+        c.parents,
+        c.hasParent,
+        c.tokens,
+        c.blockSize,
+        columnAttrs(c),
+        ts,
+        options.dpRank ?? null,
+      ),
+    );
+    if (typeof r === 'bigint') return [{ seq: r, errors: [] }];
     return r.map((b) => ({
       seq: b.seq,
       errors: b.errors.map((e) => new KvPlaneError(e.code as KvPlaneErrorCode, e.message)),

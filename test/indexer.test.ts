@@ -241,6 +241,10 @@ describe('LocalIndexer', () => {
       { ...good, hashCounts: new Uint32Array([1, 2]) },
       { ...good, kinds: new Uint8Array([0, 7]) },
       { ...good, hasParent: new Uint8Array([0]) },
+      // wrong array types
+      { ...good, hashes: [1n, 2n] as unknown as BigUint64Array },
+      { ...good, tokens: new Uint8Array(32) as unknown as Uint32Array },
+      { ...good, kinds: undefined as unknown as Uint8Array },
     ]) {
       expect(() => ix.applyColumns(bad)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
     }

@@ -176,6 +176,78 @@ describe('live stream', () => {
     expect(first.dpRank).toBeUndefined();
   });
 
+  it('publishColumns() puts the same batches on the wire as publish() of the same events', async () => {
+    // stored chains (LoRA-tagged, on CPU), a removal and a clear, as events and as columns
+    const attrs = { medium: 'CPU', loraName: 'adapter-a' };
+    const events: KvEvent[] = [
+      ...chain(3).map((e) => ({ ...e, ...attrs, loraId: 7n })),
+      { type: 'removed', blockHashes: [3n], medium: 'CPU' },
+      { type: 'cleared' },
+    ];
+    const columns = {
+      kinds: Uint8Array.from([0, 0, 0, 1, 2]),
+      hashCounts: Uint32Array.from([1, 1, 1, 1, 0]),
+      hashes: BigUint64Array.from([1n, 2n, 3n, 3n]),
+      parents: BigUint64Array.from([0n, 1n, 2n, 0n, 0n]),
+      hasParent: Uint8Array.from([0, 1, 1, 0, 0]),
+      tokens: Uint32Array.from([...new Array(16).fill(1), ...new Array(16).fill(2), ...new Array(16).fill(3)]),
+      blockSize: 16,
+      ...attrs,
+      loraId: 7n,
+    };
+    const frames: Frame[][] = [];
+    for (const send of [
+      (p: KvEventPublisher) => p.publish(events),
+      (p: KvEventPublisher) => p.publishColumns(columns),
+    ]) {
+      const p = await publisher();
+      const sub = subscriber(p.endpoint);
+      await until(() => p.stats().subscribers === 1, 'the subscriber');
+      await sleep(100);
+      expect(send(p)).toBe(5);
+      frames.push(await receive(sub, 1));
+    }
+    const [byEvents, byColumns] = frames.map((f) =>
+      f.map((x) => ({ seq: x.seq, batch: decodeBatch(x.payload, 'vllm') })),
+    );
+    expect(byColumns?.[0]?.seq).toBe(1n);
+    expect(byColumns?.map((b) => normBatch({ ...b.batch, ts: 0 }, false))).toEqual(
+      byEvents?.map((b) => normBatch({ ...b.batch, ts: 0 }, false)),
+    );
+    const first = byColumns?.[0]?.batch.events[0];
+    expect([first?.type, first?.loraName, first?.medium]).toEqual(['stored', 'adapter-a', 'CPU']);
+    expect(byColumns?.[0]?.batch.events.map((e) => e.type)).toEqual([
+      'stored',
+      'stored',
+      'stored',
+      'removed',
+      'cleared',
+    ]);
+  });
+
+  it('publishColumns() refuses inconsistent or mistyped columns with ERR_INVALID_ARG and enqueues nothing', async () => {
+    const p = await publisher();
+    const good = {
+      kinds: Uint8Array.from([0]),
+      hashCounts: Uint32Array.from([1]),
+      hashes: BigUint64Array.from([1n]),
+      parents: new BigUint64Array(1),
+      hasParent: new Uint8Array(1),
+      tokens: new Uint32Array(16),
+      blockSize: 16,
+    };
+    for (const bad of [
+      { ...good, tokens: new Uint32Array(15) },
+      { ...good, hashes: [1n] as unknown as BigUint64Array },
+      { ...good, blockSize: 0 },
+    ]) {
+      expect(() => p.publishColumns(bad)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    }
+    expect(p.publishColumns(good)).toBe(1);
+    await until(() => p.indexer.lastSeq === 1n, 'the batch');
+    expect(p.indexer.stats().memberships).toBe(1);
+  });
+
   it('a full queue drops, counts, and shows the loss as a seq gap', async () => {
     const p = await publisher({ maxQueueSize: 10 });
     const sub = subscriber(p.endpoint);

@@ -375,7 +375,8 @@ impl LocalIndexer {
     dp_rank: Option<i32>,
   ) -> KvResult<Drained> {
     let mut out = Drained::default();
-    let mut batch: Vec<EventRef<'_>> = Vec::with_capacity(MAX_BATCH_EVENTS);
+    let total: usize = segments.iter().map(|s| s.events.len()).sum();
+    let mut batch: Vec<EventRef<'_>> = Vec::with_capacity(total.min(MAX_BATCH_EVENTS));
     for seg in &segments {
       for ev in seg.events.iter() {
         batch.push(ev);

@@ -2,10 +2,10 @@
 //! converted. Matching results cross as parallel typed arrays; dumps are built off the JS thread.
 
 use crate::convert::{bigint_u64, v8_u64s};
-use crate::error::{guard, guard_js, to_js, Code};
+use crate::error::{guard, guard_js, invalid_arg, to_js, Code};
 use crate::events::{batch_in, batch_out, event_out, BatchIn, BatchOut, EventOut};
 use crate::hash::{core_options, HashBlocksOptions};
-use crate::queue::{chunk_in, EventColumnsIn, NativeEventQueue};
+use crate::queue::{chunk_in, ColumnArgs, ColumnAttrsIn, NativeEventQueue};
 use kvplane_core::codec::{recover, Dialect, Format};
 use kvplane_core::event::KvEvent;
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
@@ -571,20 +571,54 @@ impl NativeLocalIndexer {
     })
   }
 
-  /// Applies events given as columns as the next batches (at most 1024 events each), in one
-  /// call: the bulk path, with no JS object per event.
-  #[napi]
-  pub fn apply_columns(
+  /// Applies events given as columns (see `ColumnArgs`) as the next batches (at most 1024 events
+  /// each), in one call: the bulk path, with no JS object per event. Returns the seq of the one
+  /// batch when there is one and no event failed (the common case, with nothing to allocate),
+  /// else one report per batch.
+  #[napi(ts_return_type = "bigint | Array<ApplyReportOut>")]
+  #[allow(clippy::too_many_arguments)]
+  pub fn apply_columns<'env>(
     &self,
-    cols: EventColumnsIn,
+    env: &'env Env,
+    kinds: Uint8ArraySlice,
+    hash_counts: Uint32ArraySlice,
+    hashes: BigUint64ArraySlice,
+    parents: BigUint64ArraySlice,
+    has_parent: Uint8ArraySlice,
+    tokens: Uint32ArraySlice,
+    block_size: u32,
+    attrs: Option<ColumnAttrsIn>,
     ts: f64,
     dp_rank: Option<i32>,
-  ) -> Result<Vec<ApplyReportOut>, Code> {
-    guard_js(|| {
+  ) -> Result<Unknown<'env>, Code> {
+    let cols = ColumnArgs {
+      kinds,
+      hash_counts,
+      hashes,
+      parents,
+      has_parent,
+      tokens,
+      block_size,
+      attrs,
+    };
+    let d = guard_js(|| {
       let chunk = chunk_in(&cols)?;
-      let d = with(&self.inner, |ix| ix.publish_chunk(chunk, ts, dp_rank))?;
-      Ok(d.batches.into_iter().map(report_out).collect())
-    })
+      with(&self.inner, |ix| ix.publish_chunk(chunk, ts, dp_rank))
+    })?;
+    let built = |e: napi::Error| invalid_arg(format!("cannot build the apply result: {e}"));
+    // SAFETY: converts owned values on the current env.
+    unsafe {
+      let v = match d.batches.as_slice() {
+        [only] if only.errors.is_empty() => {
+          ToNapiValue::to_napi_value(env.raw(), BigInt::from(only.seq)).map_err(built)?
+        }
+        _ => {
+          let reports: Vec<ApplyReportOut> = d.batches.into_iter().map(report_out).collect();
+          ToNapiValue::to_napi_value(env.raw(), reports).map_err(built)?
+        }
+      };
+      Ok(Unknown::from_raw_unchecked(env.raw(), v))
+    }
   }
 
   /// Scores workers for a request: its tokens (`Uint32Array` or numbers), hashed as the index's keys, or

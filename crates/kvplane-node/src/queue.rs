@@ -11,27 +11,32 @@ use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// The optional attributes of a column chunk's events (one object per call, only when set).
 #[napi(object, object_to_js = false)]
-pub struct EventColumnsIn {
-  /// Per event: 0 stored, 1 removed, 2 cleared.
-  pub kinds: Uint8Array,
-  /// Per event: its number of block hashes.
-  pub hash_counts: Uint32Array,
-  /// Every event's block hashes, concatenated.
-  pub hashes: BigUint64Array,
-  /// Per event: the stored event's parent hash (read where `hasParent` is 1).
-  pub parents: BigUint64Array,
-  pub has_parent: Uint8Array,
-  /// Every stored event's tokens, concatenated.
-  pub tokens: Uint32Array,
-  pub block_size: u32,
+pub struct ColumnAttrsIn {
   pub medium: Option<String>,
-  pub lora_id: Option<i64>,
+  pub lora_id: Option<BigInt>,
   pub lora_name: Option<String>,
 }
 
+/// Event columns as positional typed-array arguments, borrowed for the call (no object property
+/// lookups, no references): per event `kinds` (0 stored, 1 removed, 2 cleared), `hash_counts`,
+/// `parents` + `has_parent`; every event's `hashes` and every stored event's `tokens`
+/// concatenated.
+pub(crate) struct ColumnArgs<'a> {
+  pub kinds: Uint8ArraySlice<'a>,
+  pub hash_counts: Uint32ArraySlice<'a>,
+  pub hashes: BigUint64ArraySlice<'a>,
+  pub parents: BigUint64ArraySlice<'a>,
+  pub has_parent: Uint8ArraySlice<'a>,
+  pub tokens: Uint32ArraySlice<'a>,
+  pub block_size: u32,
+  pub attrs: Option<ColumnAttrsIn>,
+}
+
 /// The columns as a checked chunk of events (`ERR_INVALID_ARG` naming the first inconsistency).
-pub(crate) fn chunk_in(cols: &EventColumnsIn) -> KvResult<EventChunk> {
+pub(crate) fn chunk_in(cols: &ColumnArgs<'_>) -> KvResult<EventChunk> {
+  let attrs = cols.attrs.as_ref();
   EventChunk::from_columns(&Columns {
     kinds: &cols.kinds,
     hash_counts: &cols.hash_counts,
@@ -40,9 +45,11 @@ pub(crate) fn chunk_in(cols: &EventColumnsIn) -> KvResult<EventChunk> {
     has_parent: &cols.has_parent,
     tokens: &cols.tokens,
     block_size: cols.block_size,
-    medium: cols.medium.as_deref(),
-    lora_id: cols.lora_id,
-    lora_name: cols.lora_name.as_deref(),
+    medium: attrs.and_then(|a| a.medium.as_deref()),
+    lora_id: attrs
+      .and_then(|a| a.lora_id.as_ref())
+      .map(|v| v.get_i64().0),
+    lora_name: attrs.and_then(|a| a.lora_name.as_deref()),
   })
 }
 
@@ -81,9 +88,31 @@ impl NativeEventQueue {
     })
   }
 
-  /// Enqueues events given as columns; returns how many were accepted, the rest dropped.
+  /// Enqueues events given as columns (see `ColumnArgs`); returns how many were accepted, the
+  /// rest dropped.
   #[napi]
-  pub fn push_columns(&self, cols: EventColumnsIn) -> Result<u32, Code> {
+  #[allow(clippy::too_many_arguments)]
+  pub fn push_columns(
+    &self,
+    kinds: Uint8ArraySlice,
+    hash_counts: Uint32ArraySlice,
+    hashes: BigUint64ArraySlice,
+    parents: BigUint64ArraySlice,
+    has_parent: Uint8ArraySlice,
+    tokens: Uint32ArraySlice,
+    block_size: u32,
+    attrs: Option<ColumnAttrsIn>,
+  ) -> Result<u32, Code> {
+    let cols = ColumnArgs {
+      kinds,
+      hash_counts,
+      hashes,
+      parents,
+      has_parent,
+      tokens,
+      block_size,
+      attrs,
+    };
     guard_js(|| {
       let chunk = chunk_in(&cols)?;
       Ok(self.lock().push(chunk) as u32)
