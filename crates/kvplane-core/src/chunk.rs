@@ -18,6 +18,18 @@ pub struct Attrs {
   pub lora_name: Option<String>,
 }
 
+impl Attrs {
+  /// What the columns' events share.
+  pub fn of(c: &Columns<'_>) -> Attrs {
+    Attrs {
+      block_size: c.block_size,
+      medium: c.medium.map(str::to_owned),
+      lora_id: c.lora_id,
+      lora_name: c.lora_name.map(str::to_owned),
+    }
+  }
+}
+
 /// Events in order, as owned columns plus whole events where columns cannot say it all.
 #[derive(Debug, Clone, Default)]
 pub struct EventChunk {
@@ -90,12 +102,7 @@ impl EventChunk {
       has_parent: c.has_parent.to_vec(),
       hashes: c.hashes.to_vec(),
       tokens: c.tokens.to_vec(),
-      attrs: Attrs {
-        block_size: c.block_size,
-        medium: c.medium.map(str::to_owned),
-        lora_id: c.lora_id,
-        lora_name: c.lora_name.map(str::to_owned),
-      },
+      attrs: Attrs::of(c),
       events: Vec::new(),
     })
   }
@@ -122,34 +129,21 @@ impl EventChunk {
 
   /// The events in order.
   pub fn iter(&self) -> impl Iterator<Item = EventRef<'_>> + '_ {
-    let (mut h, mut t, mut e) = (0usize, 0usize, 0usize);
-    let bs = self.attrs.block_size as usize;
-    (0..self.len()).map(move |i| {
-      let count = self.hash_counts[i] as usize;
-      let hashes = &self.hashes[h..h + count];
-      h += count;
-      match self.kinds[i] {
-        KIND_STORED => {
-          let tokens = &self.tokens[t..t + count * bs];
-          t += count * bs;
-          EventRef::Stored {
-            hashes,
-            parent: (self.has_parent[i] != 0).then_some(self.parents[i]),
-            tokens,
-            attrs: &self.attrs,
-          }
-        }
-        KIND_REMOVED => EventRef::Removed {
-          hashes,
-          attrs: &self.attrs,
-        },
-        KIND_CLEARED => EventRef::Cleared,
-        _ => {
-          e += 1;
-          EventRef::Event(&self.events[e - 1])
-        }
-      }
-    })
+    self.view().iter()
+  }
+
+  /// The chunk, borrowed.
+  pub fn view(&self) -> ChunkView<'_> {
+    ChunkView {
+      kinds: &self.kinds,
+      hash_counts: &self.hash_counts,
+      parents: &self.parents,
+      has_parent: &self.has_parent,
+      hashes: &self.hashes,
+      tokens: &self.tokens,
+      attrs: &self.attrs,
+      events: &self.events,
+    }
   }
 
   /// Keeps the first `n` events.
@@ -197,6 +191,77 @@ impl EventChunk {
       }
     }
     (h, t, e)
+  }
+}
+
+/// Events in columns, borrowed: an `EventChunk`'s, or a host's columns applied where they lie.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkView<'a> {
+  kinds: &'a [u8],
+  hash_counts: &'a [u32],
+  parents: &'a [u64],
+  has_parent: &'a [u8],
+  hashes: &'a [u64],
+  tokens: &'a [u32],
+  attrs: &'a Attrs,
+  events: &'a [KvEvent],
+}
+
+impl<'a> ChunkView<'a> {
+  /// Checked columns, borrowed, with `attrs` (`Attrs::of` the columns): `ERR_INVALID_ARG`
+  /// naming the first inconsistency.
+  pub fn of_columns(c: &Columns<'a>, attrs: &'a Attrs) -> KvResult<ChunkView<'a>> {
+    check_columns(c)?;
+    Ok(ChunkView {
+      kinds: c.kinds,
+      hash_counts: c.hash_counts,
+      parents: c.parents,
+      has_parent: c.has_parent,
+      hashes: c.hashes,
+      tokens: c.tokens,
+      attrs,
+      events: &[],
+    })
+  }
+
+  pub fn len(&self) -> usize {
+    self.kinds.len()
+  }
+
+  pub fn is_empty(&self) -> bool {
+    self.kinds.is_empty()
+  }
+
+  /// The events in order.
+  pub fn iter(self) -> impl Iterator<Item = EventRef<'a>> + 'a {
+    let (mut h, mut t, mut e) = (0usize, 0usize, 0usize);
+    let bs = self.attrs.block_size as usize;
+    (0..self.len()).map(move |i| {
+      let count = self.hash_counts[i] as usize;
+      let hashes = &self.hashes[h..h + count];
+      h += count;
+      match self.kinds[i] {
+        KIND_STORED => {
+          let tokens = &self.tokens[t..t + count * bs];
+          t += count * bs;
+          EventRef::Stored {
+            hashes,
+            parent: (self.has_parent[i] != 0).then_some(self.parents[i]),
+            tokens,
+            attrs: self.attrs,
+          }
+        }
+        KIND_REMOVED => EventRef::Removed {
+          hashes,
+          attrs: self.attrs,
+        },
+        KIND_CLEARED => EventRef::Cleared,
+        _ => {
+          e += 1;
+          EventRef::Event(&self.events[e - 1])
+        }
+      }
+    })
   }
 }
 

@@ -2,8 +2,9 @@
 //! an engine node (SPEC §5, §6). Recovery answers follow SPEC §3.4.
 
 use crate::batch::split_oversized;
-use crate::chunk::{EventChunk, EventRef};
+use crate::chunk::{Attrs, ChunkView, EventChunk, EventRef};
 use crate::codec::{self, Dialect, Format};
+use crate::columns::Columns;
 use crate::error::{KvError, KvResult};
 use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
 use crate::hash::{hash_blocks, Algo, HashOptions};
@@ -347,11 +348,20 @@ impl LocalIndexer {
     ts: f64,
     dp_rank: Option<i32>,
   ) -> KvResult<Drained> {
-    let segment = Taken {
-      events,
-      gap_after: false,
-    };
-    self.publish_segments(vec![segment], ts, dp_rank)
+    self.publish_views(&[(events.view(), false)], ts, dp_rank)
+  }
+
+  /// Publishes events given as columns, read where they lie (no copy), as `publish_chunk` would
+  /// publish a chunk of them.
+  pub fn publish_columns(
+    &mut self,
+    columns: &Columns<'_>,
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> KvResult<Drained> {
+    let attrs = Attrs::of(columns);
+    let view = ChunkView::of_columns(columns, &attrs)?;
+    self.publish_views(&[(view, false)], ts, dp_rank)
   }
 
   /// Publishes up to `max_events` queued events (as batches of at most 1024), skipping a seq at
@@ -374,11 +384,26 @@ impl LocalIndexer {
     ts: f64,
     dp_rank: Option<i32>,
   ) -> KvResult<Drained> {
+    let views: Vec<(ChunkView<'_>, bool)> = segments
+      .iter()
+      .map(|s| (s.events.view(), s.gap_after))
+      .collect();
+    self.publish_views(&views, ts, dp_rank)
+  }
+
+  /// Publishes chunks of events in order, skipping a seq after each one flagged as ending at a
+  /// loss.
+  fn publish_views(
+    &mut self,
+    segments: &[(ChunkView<'_>, bool)],
+    ts: f64,
+    dp_rank: Option<i32>,
+  ) -> KvResult<Drained> {
     let mut out = Drained::default();
-    let total: usize = segments.iter().map(|s| s.events.len()).sum();
+    let total: usize = segments.iter().map(|(v, _)| v.len()).sum();
     let mut batch: Vec<EventRef<'_>> = Vec::with_capacity(total.min(MAX_BATCH_EVENTS));
-    for seg in &segments {
-      for ev in seg.events.iter() {
+    for &(view, gap_after) in segments {
+      for ev in view.iter() {
         batch.push(ev);
         if batch.len() == MAX_BATCH_EVENTS {
           out
@@ -387,8 +412,8 @@ impl LocalIndexer {
           batch.clear();
         }
       }
-      out.events += seg.events.len();
-      if seg.gap_after {
+      out.events += view.len();
+      if gap_after {
         if !batch.is_empty() {
           out
             .batches
@@ -924,6 +949,29 @@ mod tests {
       assert_eq!(by_queue.index().dump(), by_events.index().dump());
       assert_eq!(by_queue.index().stats(), by_events.index().stats());
     }
+    // Columns applied where they lie publish what the same columns queued as a chunk do.
+    let mut in_place = indexer(100);
+    let mut chunked = indexer(100);
+    for cols in [&stores, &removes] {
+      let got = in_place.publish_columns(cols, 2.5, Some(1)).unwrap();
+      let want = chunked
+        .publish_chunk(EventChunk::from_columns(cols).unwrap(), 2.5, Some(1))
+        .unwrap();
+      assert_eq!(got.events, want.events);
+      let pairs = got.batches.iter().zip(&want.batches);
+      assert!(pairs
+        .clone()
+        .all(|(g, w)| (g.seq, &g.payload) == (w.seq, &w.payload)));
+      assert_eq!(got.batches.len(), want.batches.len());
+    }
+    assert_eq!(in_place.index().stats(), chunked.index().stats());
+    let bad = Columns {
+      tokens: &tokens[1..],
+      ..stores
+    };
+    let err = in_place.publish_columns(&bad, 2.5, Some(1)).unwrap_err();
+    assert_eq!(err.code, crate::ErrorCode::InvalidArg);
+    assert_eq!(in_place.last_seq(), chunked.last_seq());
   }
 
   #[test]

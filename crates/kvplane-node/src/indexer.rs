@@ -5,7 +5,7 @@ use crate::convert::{bigint_u64, v8_u64s};
 use crate::error::{guard, guard_js, invalid_arg, to_js, Code};
 use crate::events::{batch_in, batch_out, event_out, BatchIn, BatchOut, EventOut};
 use crate::hash::{core_options, HashBlocksOptions};
-use crate::queue::{chunk_in, ColumnArgs, ColumnAttrsIn, NativeEventQueue};
+use crate::queue::{ColumnArgs, ColumnAttrsIn, NativeEventQueue};
 use kvplane_core::codec::{recover, Dialect, Format};
 use kvplane_core::event::KvEvent;
 use kvplane_core::hash::{self, tokens_from_f64, Algo, HashOptions};
@@ -602,8 +602,9 @@ impl NativeLocalIndexer {
       attrs,
     };
     let d = guard_js(|| {
-      let chunk = chunk_in(&cols)?;
-      with(&self.inner, |ix| ix.publish_chunk(chunk, ts, dp_rank))
+      with(&self.inner, |ix| {
+        ix.publish_columns(&cols.columns(), ts, dp_rank)
+      })
     })?;
     let built = |e: napi::Error| invalid_arg(format!("cannot build the apply result: {e}"));
     // SAFETY: converts owned values on the current env.

@@ -34,23 +34,25 @@ pub(crate) struct ColumnArgs<'a> {
   pub attrs: Option<ColumnAttrsIn>,
 }
 
-/// The columns as a checked chunk of events (`ERR_INVALID_ARG` naming the first inconsistency).
-pub(crate) fn chunk_in(cols: &ColumnArgs<'_>) -> KvResult<EventChunk> {
-  let attrs = cols.attrs.as_ref();
-  EventChunk::from_columns(&Columns {
-    kinds: &cols.kinds,
-    hash_counts: &cols.hash_counts,
-    hashes: &cols.hashes,
-    parents: &cols.parents,
-    has_parent: &cols.has_parent,
-    tokens: &cols.tokens,
-    block_size: cols.block_size,
-    medium: attrs.and_then(|a| a.medium.as_deref()),
-    lora_id: attrs
-      .and_then(|a| a.lora_id.as_ref())
-      .map(|v| v.get_i64().0),
-    lora_name: attrs.and_then(|a| a.lora_name.as_deref()),
-  })
+impl ColumnArgs<'_> {
+  /// The columns, borrowed.
+  pub(crate) fn columns(&self) -> Columns<'_> {
+    let attrs = self.attrs.as_ref();
+    Columns {
+      kinds: &self.kinds,
+      hash_counts: &self.hash_counts,
+      hashes: &self.hashes,
+      parents: &self.parents,
+      has_parent: &self.has_parent,
+      tokens: &self.tokens,
+      block_size: self.block_size,
+      medium: attrs.and_then(|a| a.medium.as_deref()),
+      lora_id: attrs
+        .and_then(|a| a.lora_id.as_ref())
+        .map(|v| v.get_i64().0),
+      lora_name: attrs.and_then(|a| a.lora_name.as_deref()),
+    }
+  }
 }
 
 #[napi]
@@ -114,7 +116,7 @@ impl NativeEventQueue {
       attrs,
     };
     guard_js(|| {
-      let chunk = chunk_in(&cols)?;
+      let chunk = EventChunk::from_columns(&cols.columns())?;
       Ok(self.lock().push(chunk) as u32)
     })
   }
