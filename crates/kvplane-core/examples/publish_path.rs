@@ -1,9 +1,10 @@
 //! The publish path in the core, phase by phase, on the publish bench's workload (single-block
 //! stored events of 16 tokens in chains of 64, alternating with removals of the block stored
 //! 4096 events earlier; batches of 1024): columns -> queue, then drains (index apply, vLLM
-//! msgpack encoding, replay log). Best of N rounds; prints JSON.
+//! msgpack encoding, replay log; with `proto` 1, the gRPC stream's protobuf too). Best of N
+//! rounds; prints JSON.
 //!
-//!   cargo run --release -p kvplane-core --example publish_path -- [events] [rounds]
+//!   cargo run --release -p kvplane-core --example publish_path -- [events] [rounds] [proto]
 
 use kvplane_core::chunk::EventChunk;
 use kvplane_core::columns::Columns;
@@ -81,11 +82,13 @@ fn main() {
     .next()
     .map_or(2_000_000, |v| v.parse().expect("events"));
   let rounds: usize = args.next().map_or(3, |v| v.parse().expect("rounds"));
+  let proto = args.next().is_some_and(|v| v == "1");
   let w = workload(n);
   let (mut best_push, mut best_drain) = (f64::MAX, f64::MAX);
   let mut bytes = 0;
   for _ in 0..rounds {
     let mut ix = LocalIndexer::new(LocalIndexerConfig::default()).unwrap();
+    ix.set_proto_stream(proto);
     let mut q = EventQueue::new(usize::MAX);
     let (mut push, mut drain) = (0.0, 0.0);
     bytes = 0;
@@ -104,7 +107,11 @@ fn main() {
       let t = Instant::now();
       let d = ix.drain(&mut q, 16 * 1024, 0.0, None).unwrap();
       drain += t.elapsed().as_secs_f64();
-      bytes += d.batches.iter().map(|b| b.payload.len()).sum::<usize>();
+      bytes += d
+        .batches
+        .iter()
+        .map(|b| b.payload.len() + b.proto.as_ref().map_or(0, Vec::len))
+        .sum::<usize>();
       at = end;
     }
     best_push = best_push.min(push);

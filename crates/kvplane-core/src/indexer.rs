@@ -308,15 +308,9 @@ impl LocalIndexer {
       }
     }
     let payload = codec::encode_zmq_events(ts, events, dp_rank, self.cfg.log_format);
-    let proto = self.proto_stream.then(|| {
-      let batch = Batch {
-        seq,
-        ts,
-        dp_rank,
-        events: events.iter().map(EventRef::to_event).collect(),
-      };
-      codec::encode(&batch, Format::SmgProto)
-    });
+    let proto = self
+      .proto_stream
+      .then(|| codec::encode_proto_events(seq, ts, events, dp_rank));
     Ok(self.log_batch(seq, payload, proto, errors))
   }
 

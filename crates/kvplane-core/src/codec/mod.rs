@@ -166,19 +166,24 @@ pub fn encode_zmq_events(
     Format::Vllm => vllm::ZmqFormat::VllmMap,
     Format::VllmLegacy => vllm::ZmqFormat::VllmArray,
     Format::Sglang => vllm::ZmqFormat::SglangMap,
-    Format::SmgProto => {
-      let batch = Batch {
-        seq: 0,
-        ts,
-        dp_rank,
-        events: events.iter().map(EventRef::to_event).collect(),
-      };
-      return encode(&batch, format);
-    }
+    Format::SmgProto => return encode_proto_events(0, ts, events, dp_rank),
   };
   let mut w = msgpack::Writer::with_capacity(zmq_chunk::size_hint(events));
   zmq_chunk::encode_events(ts, events, dp_rank, zf, &mut w);
   w.into_inner()
+}
+
+/// Encodes the publish queue's events as SMG protobuf batch `seq`: the same bytes as `encode` of
+/// those events as a `Batch` with that seq, written from the column slices.
+pub fn encode_proto_events(
+  seq: u64,
+  ts: f64,
+  events: &[EventRef<'_>],
+  dp_rank: Option<i32>,
+) -> Vec<u8> {
+  let mut out = Vec::with_capacity(zmq_chunk::size_hint(events));
+  smg_proto::encode_event_refs(seq, ts, dp_rank, events, &mut out);
+  out
 }
 
 fn encoded_size_hint(b: &Batch) -> usize {

@@ -4,6 +4,7 @@
 
 use super::msgpack::decode_error;
 use super::value::Value;
+use crate::chunk::EventRef;
 use crate::error::KvResult;
 use crate::event::{Batch, KvEvent, RemovedEvent, StoredEvent};
 
@@ -26,6 +27,29 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
   out.push(v as u8);
 }
 
+/// Appends `vals` as varints (a packed repeated field's body) into room made once; each u32
+/// is written branch-free as one 8-byte store of its five 7-bit groups, then the length kept.
+fn put_packed_u32s(out: &mut Vec<u8>, vals: &[u32]) {
+  let start = out.len();
+  out.resize(start + vals.len() * 5 + 8, 0);
+  let buf = &mut out[start..];
+  let mut n = 0;
+  for &t in vals {
+    let v = t as u64;
+    let len = varint_len(v);
+    let groups = (v & 0x7f)
+      | (v >> 7 & 0x7f) << 8
+      | (v >> 14 & 0x7f) << 16
+      | (v >> 21 & 0x7f) << 24
+      | (v >> 28) << 32;
+    // Continuation bits on every byte but the last.
+    let more = 0x0080_8080_8080u64 & ((1u64 << (8 * (len - 1))) - 1);
+    buf[n..n + 8].copy_from_slice(&(groups | more).to_le_bytes());
+    n += len;
+  }
+  out.truncate(start + n);
+}
+
 #[inline]
 fn varint_len(v: u64) -> usize {
   (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
@@ -35,31 +59,42 @@ fn put_key(out: &mut Vec<u8>, field: u32, wire: u8) {
   put_varint(out, key(field, wire));
 }
 
-/// Reserves room for a length prefix, lets `body` write, then fills the prefix in place.
+/// Writes a length-delimited field: one byte is reserved for the length prefix, `body` writes,
+/// and the prefix is filled in place; a body of 128 bytes or more (rare: a block is ~70) moves
+/// right by the extra prefix bytes.
 fn put_len_delimited(out: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
   put_key(out, field, LEN);
-  let start = out.len();
+  let at = out.len();
+  out.push(0);
   body(out);
-  let len = out.len() - start;
-  // Move the body right by the prefix's size (bodies are small; this keeps one buffer).
+  let len = out.len() - at - 1;
+  if len < 0x80 {
+    out[at] = len as u8;
+    return;
+  }
   let n = varint_len(len as u64);
-  out.splice(start..start, std::iter::repeat_n(0u8, n));
-  let mut prefix = Vec::with_capacity(n);
-  put_varint(&mut prefix, len as u64);
-  out[start..start + n].copy_from_slice(&prefix);
+  out.splice(at + 1..at + 1, std::iter::repeat_n(0u8, n - 1));
+  let mut v = len as u64;
+  for b in &mut out[at..at + n] {
+    *b = (v as u8 & 0x7f) | if v >= 0x80 { 0x80 } else { 0 };
+    v >>= 7;
+  }
 }
 
 /// The proto `cache_level` of a medium (any case): 0 device, 1 host memory, 2 disk, 3 external
 /// pool; other media have no level.
 pub fn cache_level_of_medium(medium: Option<&str>) -> Option<i32> {
-  let m = medium?.to_ascii_uppercase();
-  match m.as_str() {
-    "GPU" | "DEVICE" => Some(0),
-    "CPU" | "CPU_PINNED" | "CPU_TIER1" => Some(1),
-    "CPU_TIER2" | "DISK" | "NVME" | "STORAGE" | "FS" => Some(2),
-    "EXTERNAL" | "OBJ" | "NETWORK" | "REMOTE" | "SHARED" => Some(3),
-    _ => None,
-  }
+  const LEVELS: [&[&str]; 4] = [
+    &["GPU", "DEVICE"],
+    &["CPU", "CPU_PINNED", "CPU_TIER1"],
+    &["CPU_TIER2", "DISK", "NVME", "STORAGE", "FS"],
+    &["EXTERNAL", "OBJ", "NETWORK", "REMOTE", "SHARED"],
+  ];
+  let m = medium?;
+  LEVELS
+    .iter()
+    .position(|names| names.iter().any(|n| m.eq_ignore_ascii_case(n)))
+    .map(|l| l as i32)
 }
 
 /// `KvCacheTier` of a medium: the cache level + 1 (0 is unspecified).
@@ -69,10 +104,13 @@ fn tier_of_medium(medium: Option<&str>) -> Option<i32> {
 
 /// `KvCacheLocality` of a locality string.
 fn locality_enum(l: Option<&str>) -> Option<i32> {
-  match l?.to_ascii_uppercase().as_str() {
-    "LOCAL" => Some(1),
-    "REMOTE" => Some(2),
-    _ => None,
+  let l = l?;
+  if l.eq_ignore_ascii_case("LOCAL") {
+    Some(1)
+  } else if l.eq_ignore_ascii_case("REMOTE") {
+    Some(2)
+  } else {
+    None
   }
 }
 
@@ -140,51 +178,190 @@ pub fn medium_of_cache_level(level: i32) -> Option<&'static str> {
   }
 }
 
+/// A stored event's fields as the encoder reads them: from a `StoredEvent`, or from columns
+/// (which carry no more than hashes, parent, tokens, block size, medium and LoRA).
+#[derive(Default)]
+struct StoredFields<'a> {
+  block_hashes: &'a [u64],
+  parent_block_hash: Option<u64>,
+  token_ids: &'a [u32],
+  block_size: u32,
+  lora_id: Option<i64>,
+  lora_name: Option<&'a str>,
+  medium: Option<&'a str>,
+  group_idx: Option<u32>,
+  cache_salt: Option<&'a str>,
+  extra_keys: Option<&'a Value>,
+  kv_cache_spec_kind: Option<&'a str>,
+  kv_cache_spec_sliding_window: Option<i64>,
+  locality: Option<&'a str>,
+  ownership: Option<&'a str>,
+  session_id: Option<&'a str>,
+}
+
+impl<'a> StoredFields<'a> {
+  fn of(s: &'a StoredEvent) -> StoredFields<'a> {
+    StoredFields {
+      block_hashes: &s.block_hashes,
+      parent_block_hash: s.parent_block_hash,
+      token_ids: &s.token_ids,
+      block_size: s.block_size,
+      lora_id: s.lora_id,
+      lora_name: s.lora_name.as_deref(),
+      medium: s.medium.as_deref(),
+      group_idx: s.group_idx,
+      cache_salt: s.cache_salt.as_deref(),
+      extra_keys: s.extra_keys.as_ref(),
+      kv_cache_spec_kind: s.kv_cache_spec_kind.as_deref(),
+      kv_cache_spec_sliding_window: s.kv_cache_spec_sliding_window,
+      locality: s.locality.as_deref(),
+      ownership: s.ownership.as_deref(),
+      session_id: s.session_id.as_deref(),
+    }
+  }
+}
+
+/// A removed event's fields as the encoder reads them.
+#[derive(Default)]
+struct RemovedFields<'a> {
+  block_hashes: &'a [u64],
+  medium: Option<&'a str>,
+  group_idx: Option<u32>,
+  locality: Option<&'a str>,
+  ownership: Option<&'a str>,
+}
+
+impl<'a> RemovedFields<'a> {
+  fn of(r: &'a RemovedEvent) -> RemovedFields<'a> {
+    RemovedFields {
+      block_hashes: &r.block_hashes,
+      medium: r.medium.as_deref(),
+      group_idx: r.group_idx,
+      locality: r.locality.as_deref(),
+      ownership: r.ownership.as_deref(),
+    }
+  }
+}
+
+/// What one event encodes as; `None` has no proto form (`updated`/`created`) and is left out.
+enum ProtoEvent<'a> {
+  Stored(StoredFields<'a>),
+  Removed(RemovedFields<'a>),
+  Cleared,
+  None,
+}
+
+impl<'a> ProtoEvent<'a> {
+  fn of(e: &'a KvEvent) -> ProtoEvent<'a> {
+    match e {
+      KvEvent::Stored(s) => ProtoEvent::Stored(StoredFields::of(s)),
+      KvEvent::Removed(r) => ProtoEvent::Removed(RemovedFields::of(r)),
+      KvEvent::Cleared => ProtoEvent::Cleared,
+      KvEvent::Updated(_) | KvEvent::Created(_) => ProtoEvent::None,
+    }
+  }
+
+  fn of_ref(e: &EventRef<'a>) -> ProtoEvent<'a> {
+    match *e {
+      EventRef::Stored {
+        hashes,
+        parent,
+        tokens,
+        attrs,
+      } => ProtoEvent::Stored(StoredFields {
+        block_hashes: hashes,
+        parent_block_hash: parent,
+        token_ids: tokens,
+        block_size: attrs.block_size,
+        lora_id: attrs.lora_id,
+        lora_name: attrs.lora_name.as_deref(),
+        medium: attrs.medium.as_deref(),
+        ..Default::default()
+      }),
+      EventRef::Removed { hashes, attrs } => ProtoEvent::Removed(RemovedFields {
+        block_hashes: hashes,
+        medium: attrs.medium.as_deref(),
+        ..Default::default()
+      }),
+      EventRef::Cleared => ProtoEvent::Cleared,
+      EventRef::Event(e) => ProtoEvent::of(e),
+    }
+  }
+}
+
 /// Encodes a batch. Stored events become one `KvBlock` per hash with its `block_size` tokens
 /// (an event whose tokens do not split that way carries its blocks without tokens);
 /// `updated`/`created` have no proto form and are left out. An event's `event_id` is
 /// `(seq << 32) | index` (vLLM's convention), so a batch re-encodes to the same bytes.
 pub fn encode_batch(b: &Batch, out: &mut Vec<u8>) {
-  if b.seq != 0 {
+  encode_frame(
+    b.seq,
+    b.ts,
+    b.dp_rank,
+    b.events.iter().map(ProtoEvent::of),
+    out,
+  );
+}
+
+/// Encodes the batch `seq` of borrowed events (the publish path's columns), to the bytes
+/// `encode_batch` writes for the same events.
+pub fn encode_event_refs(
+  seq: u64,
+  ts: f64,
+  dp_rank: Option<i32>,
+  events: &[EventRef<'_>],
+  out: &mut Vec<u8>,
+) {
+  encode_frame(seq, ts, dp_rank, events.iter().map(ProtoEvent::of_ref), out);
+}
+
+fn encode_frame<'a>(
+  seq: u64,
+  ts: f64,
+  dp_rank: Option<i32>,
+  events: impl Iterator<Item = ProtoEvent<'a>>,
+  out: &mut Vec<u8>,
+) {
+  if seq != 0 {
     put_key(out, 1, VARINT);
-    put_varint(out, b.seq);
+    put_varint(out, seq);
   }
-  if b.ts.to_bits() != 0 {
+  if ts.to_bits() != 0 {
     put_key(out, 2, I64);
-    out.extend_from_slice(&b.ts.to_le_bytes());
+    out.extend_from_slice(&ts.to_le_bytes());
   }
-  let mut event_id = (b.seq & 0xffff_ffff) << 32;
-  for e in &b.events {
-    if matches!(e, KvEvent::Updated(_) | KvEvent::Created(_)) {
+  let mut event_id = (seq & 0xffff_ffff) << 32;
+  for e in events {
+    if matches!(e, ProtoEvent::None) {
       continue;
     }
-    put_len_delimited(out, 3, |out| encode_event(e, event_id, out));
+    put_len_delimited(out, 3, |out| encode_event(&e, event_id, out));
     event_id += 1;
   }
-  if let Some(r) = b.dp_rank {
+  if let Some(r) = dp_rank {
     put_key(out, 4, VARINT);
     put_varint(out, r as i64 as u64);
   }
 }
 
-fn encode_event(e: &KvEvent, event_id: u64, out: &mut Vec<u8>) {
+fn encode_event(e: &ProtoEvent<'_>, event_id: u64, out: &mut Vec<u8>) {
   if event_id != 0 {
     put_key(out, 1, VARINT);
     put_varint(out, event_id);
   }
   match e {
-    KvEvent::Stored(s) => put_len_delimited(out, 2, |out| encode_stored(s, out)),
-    KvEvent::Removed(r) => put_len_delimited(out, 3, |out| encode_removed(r, out)),
-    KvEvent::Cleared => put_len_delimited(out, 4, |_| {}),
-    KvEvent::Updated(_) | KvEvent::Created(_) => {}
+    ProtoEvent::Stored(s) => put_len_delimited(out, 2, |out| encode_stored(s, out)),
+    ProtoEvent::Removed(r) => put_len_delimited(out, 3, |out| encode_removed(r, out)),
+    ProtoEvent::Cleared => put_len_delimited(out, 4, |_| {}),
+    ProtoEvent::None => {}
   }
 }
 
-fn encode_stored(s: &StoredEvent, out: &mut Vec<u8>) {
+fn encode_stored(s: &StoredFields<'_>, out: &mut Vec<u8>) {
   let bs = s.block_size as usize;
   let split = bs != 0 && s.token_ids.len() == s.block_hashes.len() * bs;
-  let level = cache_level_of_medium(s.medium.as_deref());
-  let extra: &[Value] = match &s.extra_keys {
+  let level = cache_level_of_medium(s.medium);
+  let extra: &[Value] = match s.extra_keys {
     Some(Value::Array(per_block)) if per_block.len() == s.block_hashes.len() => per_block,
     _ => &[],
   };
@@ -196,12 +373,7 @@ fn encode_stored(s: &StoredEvent, out: &mut Vec<u8>) {
       }
       if split {
         let toks = &s.token_ids[i * bs..(i + 1) * bs];
-        let len: usize = toks.iter().map(|&t| varint_len(t as u64)).sum();
-        put_key(out, 2, LEN);
-        put_varint(out, len as u64);
-        for &t in toks {
-          put_varint(out, t as u64);
-        }
+        put_len_delimited(out, 2, |out| put_packed_u32s(out, toks));
       }
       if s.block_size != 0 {
         put_key(out, 3, VARINT);
@@ -215,14 +387,10 @@ fn encode_stored(s: &StoredEvent, out: &mut Vec<u8>) {
     });
   }
   put_opt_varint(out, 2, s.parent_block_hash);
-  put_opt_varint(
-    out,
-    3,
-    tier_of_medium(s.medium.as_deref()).map(|t| t as u64),
-  );
-  put_str(out, 4, s.medium.as_deref());
+  put_opt_varint(out, 3, tier_of_medium(s.medium).map(|t| t as u64));
+  put_str(out, 4, s.medium);
   put_opt_varint(out, 5, s.group_idx.map(u64::from));
-  put_str(out, 6, s.kv_cache_spec_kind.as_deref());
+  put_str(out, 6, s.kv_cache_spec_kind);
   put_opt_varint(
     out,
     7,
@@ -230,37 +398,29 @@ fn encode_stored(s: &StoredEvent, out: &mut Vec<u8>) {
       .and_then(|w| u32::try_from(w).ok())
       .map(u64::from),
   );
-  put_opt_varint(
-    out,
-    8,
-    locality_enum(s.locality.as_deref()).map(|l| l as u64),
-  );
-  put_str(out, 9, s.ownership.as_deref());
-  put_str(out, 10, s.session_id.as_deref());
-  put_str(out, 11, s.lora_name.as_deref());
-  put_str(out, 12, s.cache_salt.as_deref());
+  put_opt_varint(out, 8, locality_enum(s.locality).map(|l| l as u64));
+  put_str(out, 9, s.ownership);
+  put_str(out, 10, s.session_id);
+  put_str(out, 11, s.lora_name);
+  put_str(out, 12, s.cache_salt);
 }
 
-fn encode_removed(r: &RemovedEvent, out: &mut Vec<u8>) {
+fn encode_removed(r: &RemovedFields<'_>, out: &mut Vec<u8>) {
   if !r.block_hashes.is_empty() {
     let len: usize = r.block_hashes.iter().map(|&h| varint_len(h)).sum();
     put_key(out, 1, LEN);
     put_varint(out, len as u64);
-    for &h in &r.block_hashes {
+    for &h in r.block_hashes {
       put_varint(out, h);
     }
   }
-  let level = cache_level_of_medium(r.medium.as_deref());
+  let level = cache_level_of_medium(r.medium);
   put_opt_varint(out, 2, level.map(|l| l as i64 as u64));
   put_opt_varint(out, 3, level.map(|l| (l + 1) as u64));
-  put_str(out, 4, r.medium.as_deref());
+  put_str(out, 4, r.medium);
   put_opt_varint(out, 5, r.group_idx.map(u64::from));
-  put_opt_varint(
-    out,
-    6,
-    locality_enum(r.locality.as_deref()).map(|l| l as u64),
-  );
-  put_str(out, 7, r.ownership.as_deref());
+  put_opt_varint(out, 6, locality_enum(r.locality).map(|l| l as u64));
+  put_str(out, 7, r.ownership);
 }
 
 /// A bounds-checked protobuf reader.
@@ -691,6 +851,59 @@ mod tests {
   }
 
   #[test]
+  fn long_fields_get_multi_byte_length_prefixes_and_columns_encode_as_events_do() {
+    use crate::chunk::EventChunk;
+    use crate::columns::Columns;
+    // Events of 1, 20 and 300 blocks: bodies under 128 bytes, over 128 and over 16 KiB.
+    for blocks in [1usize, 20, 300] {
+      let hashes: Vec<u64> = (0..blocks as u64).map(|i| u64::MAX - i).collect();
+      let tokens: Vec<u32> = (0..blocks as u32 * 16).map(|t| t * 4099).collect();
+      let cols = Columns {
+        kinds: &[0, 1],
+        hash_counts: &[blocks as u32, blocks as u32],
+        hashes: &[hashes.clone(), hashes.clone()].concat(),
+        parents: &[42, 0],
+        has_parent: &[1, 0],
+        tokens: &tokens,
+        block_size: 16,
+        medium: Some("cpu"),
+        lora_id: Some(3),
+        lora_name: Some("a"),
+      };
+      let chunk = EventChunk::from_columns(&cols).unwrap();
+      let refs: Vec<EventRef<'_>> = chunk.iter().collect();
+      let batch = Batch {
+        seq: 9,
+        ts: 1.5,
+        dp_rank: Some(2),
+        events: refs.iter().map(EventRef::to_event).collect(),
+      };
+      let (mut by_events, mut by_refs) = (Vec::new(), Vec::new());
+      encode_batch(&batch, &mut by_events);
+      encode_event_refs(9, 1.5, Some(2), &refs, &mut by_refs);
+      assert_eq!(by_refs, by_events, "{blocks} blocks");
+      let back = decode_batch(&by_refs).unwrap().batch;
+      assert_eq!((back.seq, back.dp_rank), (9, Some(2)));
+      match (&back.events[0], &batch.events[0]) {
+        (KvEvent::Stored(got), KvEvent::Stored(want)) => {
+          assert_eq!(got.block_hashes, want.block_hashes);
+          assert_eq!(got.token_ids, want.token_ids);
+          assert_eq!(got.parent_block_hash, Some(42));
+          assert_eq!(got.lora_name.as_deref(), Some("a"));
+        }
+        other => panic!("{other:?}"),
+      }
+      match &back.events[1] {
+        KvEvent::Removed(r) => assert_eq!(r.block_hashes, hashes),
+        other => panic!("{other:?}"),
+      }
+    }
+    assert_eq!(cache_level_of_medium(Some("cpu_Tier2")), Some(2));
+    assert_eq!(cache_level_of_medium(Some("tape")), None);
+    assert_eq!(locality_enum(Some("Remote")), Some(2));
+  }
+
+  #[test]
   fn varint_lengths_match_the_encoding() {
     for v in [0u64, 1, 127, 128, 16383, 16384, u32::MAX as u64, u64::MAX] {
       let mut b = Vec::new();
@@ -698,6 +911,32 @@ mod tests {
       assert_eq!(b.len(), varint_len(v), "{v}");
       assert_eq!(Pb { buf: &b, pos: 0 }.varint().unwrap(), v);
     }
+    let mut x = 0x2545_f491u32;
+    let mut vals = vec![
+      0,
+      1,
+      127,
+      128,
+      16383,
+      16384,
+      (1 << 21) - 1,
+      1 << 21,
+      (1 << 28) - 1,
+      1 << 28,
+      u32::MAX,
+    ];
+    vals.extend((0..1000).map(|i| {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      x >> (i % 32)
+    }));
+    let (mut packed, mut one_by_one) = (vec![7u8], vec![7u8]);
+    put_packed_u32s(&mut packed, &vals);
+    vals
+      .iter()
+      .for_each(|&v| put_varint(&mut one_by_one, v as u64));
+    assert_eq!(packed, one_by_one);
   }
 
   #[test]
