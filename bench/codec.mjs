@@ -16,6 +16,7 @@ import { TsIndex } from './baseline/ts-index.mjs';
 import { batchesByRank } from './churn.mjs';
 import { pinToOneCpu } from './pin.mjs';
 import { nextHash, rand } from './prng.mjs';
+import { settle } from './settle.mjs';
 
 const CPU = pinToOneCpu();
 
@@ -83,28 +84,44 @@ function tsApplyEncoded(ts, bytes) {
     for (let i = 0; i < evs.length; i += 1024)
       load.push(encodeBatch({ ts: 1, dpRank: r, events: evs.slice(i, i + 1024) }, 'vllm'));
   }
-  const batches = batchesByRank(churn).map((b) => encodeBatch({ ts: 2, ...b }, 'vllm'));
+  // About 2 events per batch (64-event windows over 64 ranks), and about 16 (1024-event windows).
+  const small = batchesByRank(churn).map((b) => encodeBatch({ ts: 2, ...b }, 'vllm'));
+  const big = batchesByRank(churn, 1024).map((b) => encodeBatch({ ts: 2, ...b }, 'vllm'));
   const ops = churn.reduce((n, c) => n + c.ev.blockHashes.length, 0);
-  const ix = new LocalIndexer({ blockSize: BS, retainTokens: false, bufferSteps: 16 });
-  for (const b of load) ix.applyEncoded(b, 'vllm');
-  const resBlocks = ix.stats().memberships;
-  let t = performance.now();
-  for (const b of batches) ix.applyEncoded(b, 'vllm');
-  const kvS = (performance.now() - t) / 1000;
-  const kvStats = ix.stats();
-  ix.close();
-  global.gc();
+  const kvplane = async (batches) => {
+    const ix = new LocalIndexer({ blockSize: BS, retainTokens: false, bufferSteps: 16 });
+    for (const b of load) ix.applyEncoded(b, 'vllm');
+    const resident = ix.stats().memberships;
+    await settle();
+    const t = performance.now();
+    for (const b of batches) ix.applyEncoded(b, 'vllm');
+    const s = (performance.now() - t) / 1000;
+    if (ix.stats().memberships !== resident)
+      throw new Error(`resident changed: ${ix.stats().memberships} vs ${resident}`);
+    ix.close();
+    return { s, resident };
+  };
+  const kv = await kvplane(small);
+  const kvBig = await kvplane(big);
   const ts = new TsIndex();
   for (const b of load) tsApplyEncoded(ts, b);
-  t = performance.now();
-  for (const b of batches) tsApplyEncoded(ts, b);
+  await settle();
+  const t = performance.now();
+  for (const b of small) tsApplyEncoded(ts, b);
   const tsS = (performance.now() - t) / 1000;
-  if (kvStats.memberships !== resBlocks) throw new Error(`resident changed: ${kvStats.memberships} vs ${resBlocks}`);
+  const rate = (s) => `${M(churn.length / s)} events/s, ${M(ops / s)} block ops/s`;
   row(
-    `decode + apply of encoded vLLM batches (store + remove churn, ${resBlocks} blocks resident, ${batches.length} batches)`,
-    `${M(churn.length / kvS)} events/s, ${M(ops / kvS)} block ops/s`,
-    `${M(churn.length / tsS)} events/s, ${M(ops / tsS)} block ops/s`,
-    `${(tsS / kvS).toFixed(1)}x`,
+    `decode + apply of encoded vLLM batches (store + remove churn, ${kv.resident} blocks resident, ${small.length} batches of ~2 events)`,
+    rate(kv.s),
+    rate(tsS),
+    `${(tsS / kv.s).toFixed(1)}x`,
+    '≥ 10 M block ops/s',
+  );
+  row(
+    `the same events in ${big.length} batches of ~16 events`,
+    rate(kvBig.s),
+    rate(tsS),
+    `${(tsS / kvBig.s).toFixed(1)}x`,
     '≥ 10 M block ops/s',
   );
 }

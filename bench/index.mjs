@@ -9,6 +9,7 @@ import { TsIndex } from './baseline/ts-index.mjs';
 import { batchesByRank } from './churn.mjs';
 import { pinToOneCpu } from './pin.mjs';
 import { nextHash, rand } from './prng.mjs';
+import { settle } from './settle.mjs';
 
 pinToOneCpu();
 
@@ -113,12 +114,6 @@ const heap = () => {
   global.gc();
   global.gc();
   return process.memoryUsage().heapUsed + process.memoryUsage().arrayBuffers;
-};
-/** Collects and lets V8 finish sweeping, so a timed loop does not pay for the setup's garbage. */
-const settle = async () => {
-  global.gc();
-  global.gc();
-  await new Promise((r) => setTimeout(r, 1000));
 };
 const pct = (sorted, p) => sorted[Math.round((sorted.length - 1) * p)];
 const rows = [];
