@@ -138,8 +138,12 @@ export interface EventColumns {
   loraName?: string;
 }
 
-/** The optional attributes of a column chunk, as the native call takes them (null when none). */
-export function columnAttrs(c: EventColumns): { medium?: string; loraId?: bigint; loraName?: string } | null {
-  if (c.medium === undefined && c.loraId === undefined && c.loraName === undefined) return null;
-  return { medium: c.medium, loraId: c.loraId, loraName: c.loraName };
+/** The columns as the native calls take them: the typed arrays in order, then the block size and
+ * the optional attributes (null when none). */
+export function columnArgs(c: EventColumns) {
+  const attrs =
+    c.medium === undefined && c.loraId === undefined && c.loraName === undefined
+      ? null
+      : { medium: c.medium, loraId: c.loraId, loraName: c.loraName };
+  return [c.kinds, c.hashCounts, c.hashes, c.parents, c.hasParent, c.tokens, c.blockSize, attrs] as const;
 }

@@ -1,6 +1,6 @@
 import type { Dialect } from './codec.js';
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
-import { columnAttrs, type EventColumns, type KvEventBatch, type KvEventBatchOut, type KvEventOut } from './events.js';
+import { columnArgs, type EventColumns, type KvEventBatch, type KvEventBatchOut, type KvEventOut } from './events.js';
 import type { HashBlocksOptions } from './hash.js';
 import native from './native.js';
 
@@ -183,21 +183,7 @@ export class LocalIndexer {
    */
   applyColumns(columns: EventColumns, options: { dpRank?: number | null; ts?: number } = {}): ApplyResult[] {
     const ts = options.ts ?? Date.now() / 1000;
-    const c = columns;
-    const r = callNative(() =>
-      this.#native.applyColumns(
-        c.kinds,
-        c.hashCounts,
-        c.hashes,
-        c.parents,
-        c.hasParent,
-        c.tokens,
-        c.blockSize,
-        columnAttrs(c),
-        ts,
-        options.dpRank ?? null,
-      ),
-    );
+    const r = callNative(() => this.#native.applyColumns(...columnArgs(columns), ts, options.dpRank ?? null));
     if (typeof r === 'bigint') return [{ seq: r, errors: [] }];
     return r.map((b) => ({
       seq: b.seq,

@@ -1,6 +1,6 @@
 import { Publisher } from 'zeromq';
 import { callNative, KvPlaneError } from '../errors.js';
-import { columnAttrs, type EventColumns, type KvEvent, type RemovedEvent, type StoredEvent } from '../events.js';
+import { columnArgs, type EventColumns, type KvEvent, type RemovedEvent, type StoredEvent } from '../events.js';
 import { LocalIndexer, type ZmqFormat } from '../indexer.js';
 import native from '../native.js';
 import { withDefaults } from '../options.js';
@@ -189,19 +189,7 @@ export class KvEventPublisher {
   /** Enqueues events given as columns (the bulk path); returns how many were accepted. */
   publishColumns(columns: EventColumns): number {
     this.#open();
-    const c = columns;
-    const n = callNative(() =>
-      this.#queue.pushColumns(
-        c.kinds,
-        c.hashCounts,
-        c.hashes,
-        c.parents,
-        c.hasParent,
-        c.tokens,
-        c.blockSize,
-        columnAttrs(c),
-      ),
-    );
+    const n = callNative(() => this.#queue.pushColumns(...columnArgs(columns)));
     this.#schedule();
     return n;
   }
