@@ -119,7 +119,9 @@ export interface KvEventBatchOut {
 /**
  * Events as columns: the bulk path of `KvEventPublisher.publishColumns` and
  * `LocalIndexer.applyColumns` (a few typed arrays for many events, no object per
- * event). `n = kinds.length`; hashes and tokens are concatenated in event order.
+ * event). `n = kinds.length`; hashes and tokens are concatenated in event order. The arrays
+ * are read during the call and must not be written meanwhile (e.g. by a Worker through a
+ * `SharedArrayBuffer`).
  */
 export interface EventColumns {
   /** Per event: 0 stored, 1 removed, 2 cleared. */

@@ -179,7 +179,8 @@ export class LocalIndexer {
    * Applies events given as columns (a few typed arrays for many events, no JS object per event)
    * as the next batches of at most 1024 events, each logged under the next seq: what
    * `applyBatch` does for the same events. Throws `ERR_INVALID_ARG` (nothing applied) on
-   * inconsistent columns.
+   * inconsistent columns. The arrays are read in place during the call: nothing may write them
+   * meanwhile (a `SharedArrayBuffer` a Worker writes to).
    */
   applyColumns(columns: EventColumns, options: { dpRank?: number | null; ts?: number } = {}): ApplyResult[] {
     const ts = options.ts ?? Date.now() / 1000;

@@ -245,6 +245,8 @@ describe('LocalIndexer', () => {
       { ...good, hashes: [1n, 2n] as unknown as BigUint64Array },
       { ...good, tokens: new Uint8Array(32) as unknown as Uint32Array },
       { ...good, kinds: undefined as unknown as Uint8Array },
+      // a LoRA id outside i64
+      { ...good, loraId: 2n ** 63n },
     ]) {
       expect(() => ix.applyColumns(bad)).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
     }
@@ -271,6 +273,15 @@ describe('LocalIndexer', () => {
           }),
       ],
       ['a negative hash', () => ix.applyBatch({ events: [{ type: 'removed', blockHashes: [-1n] }] })],
+      [
+        'a LoRA id outside i64',
+        () =>
+          ix.applyBatch({
+            events: [
+              { type: 'stored', blockHashes: [1n], tokenIds: [1, 2, 3, 4], blockSize: 4, loraId: 2n ** 64n + 7n },
+            ],
+          }),
+      ],
       ['a negative dpRank', () => ix.applyBatch({ dpRank: -1, events: [] })],
       [
         'more than 1024 events',

@@ -15,6 +15,17 @@ pub(crate) fn bigint_u64(name: &str, v: &BigInt) -> KvResult<u64> {
   Ok(value)
 }
 
+/// A JS bigint that must fit an i64.
+pub(crate) fn bigint_i64(name: &str, v: &BigInt) -> KvResult<i64> {
+  let (value, lossless) = v.get_i64();
+  if !lossless {
+    return Err(KvError::invalid_arg(format!(
+      "{name} must be a bigint in -2^63..=2^63-1"
+    )));
+  }
+  Ok(value)
+}
+
 /// Copies u64s into a new `BigUint64Array` whose memory V8 allocates and frees with the array.
 /// (napi-rs's typed arrays wrap Rust memory as external buffers, which Node frees only when the
 /// event loop turns: a synchronous burst of calls would hold every result until then.)

@@ -1,6 +1,6 @@
 //! Events and batches between JS and the core's normalized model (SPEC §2).
 
-use crate::convert::bigint_u64;
+use crate::convert::{bigint_i64, bigint_u64};
 use crate::value::JsOpaque;
 use kvplane_core::event::{
   Batch, CreatedEvent, Diff, EventKind, HashBytes, KvEvent, RemovedEvent, StoredEvent, UpdatedEvent,
@@ -158,7 +158,11 @@ pub fn event_in(e: &EventIn) -> KvResult<KvEvent> {
         None => 0,
         Some(b) => hash::block_size_from_f64(b)? as u32,
       },
-      lora_id: e.lora_id.as_ref().map(|v| v.get_i64().0),
+      lora_id: e
+        .lora_id
+        .as_ref()
+        .map(|v| bigint_i64("loraId", v))
+        .transpose()?,
       lora_name: e.lora_name.clone(),
       medium: e.medium.clone(),
       group_idx: e.group_idx,

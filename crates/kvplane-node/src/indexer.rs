@@ -2,7 +2,7 @@
 //! converted. Matching results cross as parallel typed arrays; dumps are built off the JS thread.
 
 use crate::convert::{bigint_u64, v8_u64s};
-use crate::error::{guard, guard_js, invalid_arg, to_js, Code};
+use crate::error::{guard, guard_js, to_js, Code};
 use crate::events::{batch_in, batch_out, event_out, BatchIn, BatchOut, EventOut};
 use crate::hash::{core_options, HashBlocksOptions};
 use crate::queue::{ColumnArgs, ColumnAttrsIn, NativeEventQueue};
@@ -602,11 +602,16 @@ impl NativeLocalIndexer {
       attrs,
     };
     let d = guard_js(|| {
-      with(&self.inner, |ix| {
-        ix.publish_columns(&cols.columns(), ts, dp_rank)
-      })
+      let columns = cols.columns()?;
+      with(&self.inner, |ix| ix.publish_columns(&columns, ts, dp_rank))
     })?;
-    let built = |e: napi::Error| invalid_arg(format!("cannot build the apply result: {e}"));
+    // The batches are applied and logged by now: a failure here is internal, not bad input.
+    let built = |e: napi::Error| {
+      to_js(KvError::new(
+        ErrorCode::Internal,
+        format!("cannot build the apply result: {e}"),
+      ))
+    };
     // SAFETY: converts owned values on the current env.
     unsafe {
       let v = match d.batches.as_slice() {

@@ -1,6 +1,7 @@
 //! `NativeEventQueue`: the core's publish queue, filled from event objects or from columns (the
 //! bulk path: a few typed arrays for many events).
 
+use crate::convert::bigint_i64;
 use crate::error::{guard_js, Code};
 use crate::events::{event_in, EventIn};
 use kvplane_core::chunk::EventChunk;
@@ -36,9 +37,11 @@ pub(crate) struct ColumnArgs<'a> {
 
 impl ColumnArgs<'_> {
   /// The columns, borrowed.
-  pub(crate) fn columns(&self) -> Columns<'_> {
+  /// (`ERR_INVALID_ARG` for a `loraId` outside i64.)
+  pub(crate) fn columns(&self) -> KvResult<Columns<'_>> {
     let attrs = self.attrs.as_ref();
-    Columns {
+    let lora_id = attrs.and_then(|a| a.lora_id.as_ref());
+    Ok(Columns {
       kinds: &self.kinds,
       hash_counts: &self.hash_counts,
       hashes: &self.hashes,
@@ -47,11 +50,9 @@ impl ColumnArgs<'_> {
       tokens: &self.tokens,
       block_size: self.block_size,
       medium: attrs.and_then(|a| a.medium.as_deref()),
-      lora_id: attrs
-        .and_then(|a| a.lora_id.as_ref())
-        .map(|v| v.get_i64().0),
+      lora_id: lora_id.map(|v| bigint_i64("loraId", v)).transpose()?,
       lora_name: attrs.and_then(|a| a.lora_name.as_deref()),
-    }
+    })
   }
 }
 
@@ -116,7 +117,7 @@ impl NativeEventQueue {
       attrs,
     };
     guard_js(|| {
-      let chunk = EventChunk::from_columns(&cols.columns())?;
+      let chunk = EventChunk::from_columns(&cols.columns()?)?;
       Ok(self.lock().push(chunk) as u32)
     })
   }
