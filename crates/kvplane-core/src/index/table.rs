@@ -712,6 +712,44 @@ mod tests {
     assert_eq!(m.iter().count(), 0);
   }
 
+  #[test]
+  fn a_bucket_overflowed_past_its_counter_still_finds_every_key() {
+    // 40 keys sharing one first bucket: 35 live in their second buckets, more than the counter
+    // holds (it sticks at 15). Every key stays findable while they are removed again.
+    let mut m = U64Map::default();
+    for k in 0..4096u64 {
+      m.insert(k, k as u32);
+    }
+    let first = |m: &U64Map, k: u64| m.raw.pair(hash32(k)).0;
+    let target = first(&m, 1 << 40);
+    let crowd: Vec<u64> = ((1u64 << 40)..)
+      .filter(|&k| first(&m, k) == target)
+      .take(40)
+      .collect();
+    let buckets = m.raw.buckets.len();
+    for &k in &crowd {
+      assert_eq!(m.insert(k, 7), None);
+    }
+    assert_eq!(
+      m.raw.buckets.len(),
+      buckets,
+      "no grow: the crowd stays in one first bucket"
+    );
+    assert_eq!(m.raw.meta[target] >> 4, 15);
+    m.raw.check();
+    for (i, &k) in crowd.iter().enumerate() {
+      for &j in &crowd[i..] {
+        assert_eq!(m.get(j), Some(7), "{j}");
+      }
+      assert_eq!(m.remove(k), Some(7));
+      assert_eq!(m.get(k), None);
+    }
+    m.raw.check();
+    for k in 0..4096u64 {
+      assert_eq!(m.get(k), Some(k as u32));
+    }
+  }
+
   /// Keys with forced tag collisions: `tag_of` keeps few distinct tags, so runs hold many
   /// entries with equal tags and `eq` must tell them apart.
   fn tag_map_against_hash_map(tag_of: impl Fn(u64) -> u32, ops: u64) {
