@@ -152,6 +152,7 @@ function subscribe(
     client as unknown as Record<string, (r: object, m: Metadata) => ClientReadableStream<ProtoBatch>>
   ).SubscribeKvEvents?.({ start_sequence_number: start.toString() }, md) as ClientReadableStream<ProtoBatch>;
   const got: Received = { epoch: undefined, batches: [] };
+  let cancelled = false;
   const done = new Promise<Received>((resolve) => {
     call.on('metadata', (m: Metadata) => {
       got.epoch = m.get('x-kvplane-epoch')[0]?.toString();
@@ -159,11 +160,14 @@ function subscribe(
     call.on('data', (b: ProtoBatch) => {
       got.batches.push(b);
       if (got.batches.length === count) {
+        cancelled = true;
         call.cancel();
         resolve(got);
       }
     });
     call.on('error', (err: { code: number; details: string }) => {
+      // The CANCELLED that our own cancel() raises arrives later: it is not the call's status.
+      if (cancelled) return;
       got.status = { code: err.code, details: err.details };
       resolve(got);
     });
