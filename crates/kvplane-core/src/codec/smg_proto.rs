@@ -904,6 +904,21 @@ mod tests {
   }
 
   #[test]
+  fn length_prefixes_are_minimal_varints_at_every_width_boundary() {
+    for len in [
+      0usize, 1, 127, 128, 129, 16383, 16384, 16385, 2_097_151, 2_097_152,
+    ] {
+      let mut got = vec![9u8];
+      put_len_delimited(&mut got, 3, |out| out.extend((0..len).map(|i| i as u8)));
+      let mut want = vec![9u8];
+      put_key(&mut want, 3, LEN);
+      put_varint(&mut want, len as u64);
+      want.extend((0..len).map(|i| i as u8));
+      assert!(got == want, "body of {len} bytes");
+    }
+  }
+
+  #[test]
   fn varint_lengths_match_the_encoding() {
     for v in [0u64, 1, 127, 128, 16383, 16384, u32::MAX as u64, u64::MAX] {
       let mut b = Vec::new();
