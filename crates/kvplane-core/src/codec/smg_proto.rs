@@ -34,16 +34,21 @@ fn put_packed_u32s(out: &mut Vec<u8>, vals: &[u32]) {
   out.resize(start + vals.len() * 5 + 8, 0);
   let buf = &mut out[start..];
   let mut n = 0;
+  // Continuation bits on every byte but the last, by length.
+  const MORE: [u64; 6] = [0, 0, 0x80, 0x8080, 0x80_8080, 0x8080_8080];
   for &t in vals {
     let v = t as u64;
-    let len = varint_len(v);
+    let len = 1
+      + (t >= 1 << 7) as usize
+      + (t >= 1 << 14) as usize
+      + (t >= 1 << 21) as usize
+      + (t >= 1 << 28) as usize;
     let groups = (v & 0x7f)
       | (v >> 7 & 0x7f) << 8
       | (v >> 14 & 0x7f) << 16
       | (v >> 21 & 0x7f) << 24
       | (v >> 28) << 32;
-    // Continuation bits on every byte but the last.
-    let more = 0x0080_8080_8080u64 & ((1u64 << (8 * (len - 1))) - 1);
+    let more = MORE[len];
     buf[n..n + 8].copy_from_slice(&(groups | more).to_le_bytes());
     n += len;
   }
