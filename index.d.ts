@@ -44,8 +44,11 @@ export declare class NativeLocalIndexer {
   drainAsync(queue: NativeEventQueue, maxEvents: number, ts: number, dpRank?: number | undefined | null): Promise<PublishedOut>
   /** Where a gRPC subscription from `start` begins (0 = live). */
   cursor(start: bigint): CursorOut
-  /** Whether batches published from now on also come out as SMG protobuf (`protoPayloads`). */
-  setProtoStream(on: boolean): void
+  /**
+   * Whether batches published from now on also come out in `format` (`smg_proto` for gRPC
+   * subscribers), encoded once per batch, as one more entry of `PublishedOut.encodings`.
+   */
+  setFormat(format: string, on: boolean): void
   /**
    * Logged batches from `start` (the oldest retained if older), at most `max`, in the log format
    * or re-encoded in `format` (`smg_proto` for gRPC subscribers).
@@ -155,6 +158,13 @@ export interface EncodedApplyOut {
 /** Encodes SMG's `SubscribeKvEventsRequest` (`start` 0 = live from now). */
 export declare function encodeSubscribeRequest(start: bigint): Buffer
 
+/** One format's payloads of the batches a drain published. */
+export interface EncodingOut {
+  /** `vllm`, `vllm_legacy`, `sglang` or `smg_proto`. */
+  format: string
+  payloads: Array<Buffer>
+}
+
 export interface EventIn {
   type: string
   blockHashes?: BigUint64Array | Array<bigint>
@@ -262,6 +272,23 @@ export interface IndexerStatsOut {
   perWorker: Array<WorkerStatsOut>
 }
 
+/** The layout of a packed `findMatches` result for `n` workers. */
+export declare function matchesLayout(n: number): MatchesLayout
+
+/**
+ * Where the fields of a packed `findMatches` result for `n` workers lie, in bytes from the start
+ * of its `BigUint64Array`: `n` u64 worker ids, `n` u64 tree sizes, then `n` u32 DP ranks and `n`
+ * u32 leading-block counts, each u32 run padded to whole u64 words. All little-endian.
+ */
+export interface MatchesLayout {
+  /** u64 words in all. */
+  words: number
+  workerIds: number
+  treeSizes: number
+  dpRanks: number
+  blocks: number
+}
+
 export interface NativeIndexerOptions {
   /** Block size of token queries. */
   blockSize: number
@@ -285,10 +312,11 @@ export declare function panicProbe(message: string): void
 
 export interface PublishedOut {
   seqs: BigUint64Array
-  /** One encoded payload per seq. */
-  payloads: Array<Buffer>
-  /** The same batches as SMG protobuf `KvEventBatch`es, when the proto stream is on (else empty). */
-  protoPayloads: Array<Buffer>
+  /**
+   * The batches once per format the stream carries, the log's format first: `payloads[i]` is
+   * batch `seqs[i]`.
+   */
+  encodings: Array<EncodingOut>
   /** Events that failed closed. */
   errors: Array<ApplyErrorOut>
   events: number

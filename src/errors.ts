@@ -31,18 +31,14 @@ function isCode(code: unknown): code is KvPlaneErrorCode {
 
 /**
  * Turns anything the native binding threw into a `KvPlaneError`: core errors carry their code;
- * N-API conversion failures (a string where a number belongs, ...) are `ERR_INVALID_ARG`; errors
- * from off-thread tasks carry the code at the start of the message.
+ * N-API conversion failures (a string where a number belongs, ...) are `ERR_INVALID_ARG`. Off-thread
+ * tasks reject with the same coded errors as synchronous calls.
  */
 export function toKvPlaneError(err: unknown): KvPlaneError {
   if (err instanceof KvPlaneError) return err;
   if (!(err instanceof Error)) return new KvPlaneError('ERR_INTERNAL', String(err));
   const code = (err as { code?: unknown }).code;
   if (isCode(code)) return new KvPlaneError(code, err.message, { cause: err });
-  const prefixed = /^(ERR_[A-Z_]+): (.*)$/s.exec(err.message);
-  if (prefixed && isCode(prefixed[1])) {
-    return new KvPlaneError(prefixed[1], prefixed[2] ?? '', { cause: err });
-  }
   if (err instanceof TypeError || code === 'InvalidArg' || (typeof code === 'string' && code.endsWith('Expected'))) {
     return new KvPlaneError('ERR_INVALID_ARG', err.message, { cause: err });
   }

@@ -1,7 +1,8 @@
-import type { Dialect } from './codec.js';
+import type { Dialect, EncodeFormat } from './codec.js';
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
 import { columnArgs, type EventColumns, type KvEventBatch, type KvEventBatchOut, type KvEventOut } from './events.js';
 import type { HashBlocksOptions } from './hash.js';
+import { matchesCount, matchesLayout } from './layout.js';
 import native from './native.js';
 
 export interface LocalIndexerOptions {
@@ -249,12 +250,13 @@ export class LocalIndexer {
   }
 
   /**
-   * Whether batches published from now on are also encoded, once each, as SMG protobuf
-   * `KvEventBatch`es (`protoPayloads` of a drain), for gRPC subscribers.
+   * Whether batches published from now on are also encoded, once each, in `format` (`smg_proto`:
+   * SMG protobuf `KvEventBatch`es for gRPC subscribers), as one more entry of a drain's
+   * `encodings`.
    * @internal
    */
-  setProtoStream(on: boolean): void {
-    callNative(() => this.#native.setProtoStream(on));
+  setFormat(format: EncodeFormat, on: boolean): void {
+    callNative(() => this.#native.setFormat(format, on));
   }
 
   /**
@@ -300,17 +302,15 @@ export class LocalIndexer {
         earlyExit,
       ),
     );
-    // One buffer: n worker ids and n tree sizes (u64), then n DP ranks and n block counts (u32),
-    // each u32 run padded to whole u64 words: 2n + 2 * ceil(n / 2) words in all.
-    const count = Math.floor(packed.length / 3);
-    const half = Math.ceil(count / 2);
+    const count = matchesCount(packed.length);
+    const at = matchesLayout(count);
     const buf = packed.buffer;
-    const at = packed.byteOffset;
+    const base = packed.byteOffset;
     return {
-      workerIds: new BigUint64Array(buf, at, count),
-      treeSizes: new BigUint64Array(buf, at + 8 * count, count),
-      dpRanks: new Uint32Array(buf, at + 16 * count, count),
-      blocks: new Uint32Array(buf, at + 16 * count + 8 * half, count),
+      workerIds: new BigUint64Array(buf, base + at.workerIds, count),
+      treeSizes: new BigUint64Array(buf, base + at.treeSizes, count),
+      dpRanks: new Uint32Array(buf, base + at.dpRanks, count),
+      blocks: new Uint32Array(buf, base + at.blocks, count),
     };
   }
 

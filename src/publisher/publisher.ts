@@ -221,7 +221,7 @@ export class KvEventPublisher {
    */
   enableProtoStream(): void {
     this.#open();
-    this.indexer.setProtoStream(true);
+    this.indexer.setFormat('smg_proto', true);
   }
 
   /** Ranks whose source failed closed (unsupported layout), with the reason; empty when healthy. */
@@ -306,11 +306,13 @@ export class KvEventPublisher {
     this.#gaps += out.gaps;
     // Events that failed closed (ERR_UNSUPPORTED_LAYOUT) went out as a clear of the rank.
     for (const e of out.errors) this.#failClosed.set(this.#rank ?? 0, e.message);
+    const payloads = out.encodings[0]?.payloads ?? [];
     for (let i = 0; i < out.seqs.length; i++) {
-      this.#writer.push([this.#topic, seqFrame(out.seqs[i] as bigint), out.payloads[i] as Buffer]);
+      this.#writer.push([this.#topic, seqFrame(out.seqs[i] as bigint), payloads[i] as Buffer]);
     }
     if (this.#listeners.size > 0) {
-      const batches = { seqs: out.seqs, payloads: out.payloads, protoPayloads: out.protoPayloads };
+      const protoPayloads = out.encodings.find((e) => e.format === 'smg_proto')?.payloads ?? [];
+      const batches = { seqs: out.seqs, payloads, protoPayloads };
       for (const l of this.#listeners) l(batches);
     }
   }

@@ -8,7 +8,7 @@
 use kvplane_core::codec::{self, Dialect, Format};
 use kvplane_core::event::{Batch, KvEvent, RemovedEvent, StoredEvent};
 use kvplane_core::index::{Index, IndexConfig, WorkerKey};
-use kvplane_core::indexer::{LocalIndexer, LocalIndexerConfig};
+use kvplane_core::local_indexer::{LocalIndexer, LocalIndexerConfig};
 use std::time::Instant;
 
 fn main() {
@@ -75,7 +75,10 @@ fn main() {
         retain_tokens: false,
         ..Default::default()
       },
-      buffer_steps: 16,
+      stream: kvplane_core::stream::StreamConfig {
+        buffer_steps: 16,
+        ..Default::default()
+      },
       ..Default::default()
     };
     let mut ix = LocalIndexer::new(cfg).unwrap();

@@ -8,8 +8,8 @@
 
 use kvplane_core::chunk::EventChunk;
 use kvplane_core::columns::Columns;
-use kvplane_core::indexer::{LocalIndexer, LocalIndexerConfig};
-use kvplane_core::queue::EventQueue;
+use kvplane_core::local_indexer::{LocalIndexer, LocalIndexerConfig};
+use kvplane_core::stream::queue::EventQueue;
 use std::time::Instant;
 
 const WINDOW: usize = 4096;
@@ -88,7 +88,7 @@ fn main() {
   let mut bytes = 0;
   for _ in 0..rounds {
     let mut ix = LocalIndexer::new(LocalIndexerConfig::default()).unwrap();
-    ix.set_proto_stream(proto);
+    ix.set_format(kvplane_core::codec::Format::SmgProto, proto);
     let mut q = EventQueue::new(usize::MAX);
     let (mut push, mut drain) = (0.0, 0.0);
     bytes = 0;
@@ -110,7 +110,7 @@ fn main() {
       bytes += d
         .batches
         .iter()
-        .map(|b| b.payload.len() + b.proto.as_ref().map_or(0, Vec::len))
+        .map(|b| b.encodings.iter().map(|(_, p)| p.len()).sum::<usize>())
         .sum::<usize>();
       at = end;
     }

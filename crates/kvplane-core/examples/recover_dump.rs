@@ -4,12 +4,15 @@
 
 use kvplane_core::codec::recover;
 use kvplane_core::event::{Batch, KvEvent, StoredEvent};
-use kvplane_core::indexer::{LocalIndexer, LocalIndexerConfig};
+use kvplane_core::local_indexer::{LocalIndexer, LocalIndexerConfig};
 use std::time::Instant;
 
 fn main() {
   let mut ix = LocalIndexer::new(LocalIndexerConfig {
-    buffer_steps: 16,
+    stream: kvplane_core::stream::StreamConfig {
+      buffer_steps: 16,
+      ..Default::default()
+    },
     ..Default::default()
   })
   .expect("a valid config");

@@ -1,7 +1,6 @@
 //! kvplane core: pure Rust, no N-API. Block hashing for every engine, the index, the replay log
 //! and the wire codecs live here; the Node binding only converts values and maps errors.
 
-pub mod batch;
 pub mod chunk;
 pub mod codec;
 pub mod columns;
@@ -10,9 +9,8 @@ pub mod error;
 pub mod event;
 pub mod hash;
 pub mod index;
-pub mod indexer;
 pub mod int64;
-pub mod log;
-pub mod queue;
+pub mod local_indexer;
+pub mod stream;
 
 pub use error::{ErrorCode, KvError, KvResult};

@@ -1,8 +1,9 @@
 //! Block hashing: `hashBlocks` (sync) and `hashBlocksAsync` (off the JS thread).
 
 use crate::convert::{bigint_u64, v8_u64s};
-use crate::error::{guard, guard_js, invalid_arg, to_js, Code};
+use crate::error::{guard_js, invalid_arg, to_js, Code};
 use crate::extra_key::JsExtraKey;
+use crate::tasks::{Coded, CoreWork};
 use kvplane_core::hash::{self, Algo, BlockHashes, HashOptions, Parent};
 use kvplane_core::int64;
 use kvplane_core::KvResult;
@@ -120,25 +121,22 @@ pub fn hash_blocks_with_digests(
   })
 }
 
-pub struct HashTask {
+pub struct HashWork {
   tokens: Vec<u32>,
   opts: HashOptions,
   digests: bool,
 }
 
-impl Task for HashTask {
+impl CoreWork for HashWork {
   type Output = BlockHashes;
   type JsValue = HashedBlocks;
 
-  fn compute(&mut self) -> napi::Result<Self::Output> {
-    // Options were validated before the task was queued; a failure here is a core bug, and its
-    // code travels in the message (`ERR_X: ...`) because task errors carry a napi status.
-    guard(|| hash::hash_blocks(&self.tokens, &self.opts, self.digests))
-      .map_err(|e| napi::Error::new(Status::GenericFailure, e.to_string()))
+  fn run(&mut self) -> KvResult<BlockHashes> {
+    hash::hash_blocks(&self.tokens, &self.opts, self.digests)
   }
 
-  fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
-    Ok(to_hashed(output))
+  fn output(output: BlockHashes) -> HashedBlocks {
+    to_hashed(output)
   }
 }
 
@@ -148,13 +146,13 @@ pub fn hash_blocks_async(
   tokens: Either<Uint32Array, Vec<f64>>,
   options: HashBlocksOptions,
   digests: bool,
-) -> Result<AsyncTask<HashTask>, Code> {
+) -> Result<AsyncTask<Coded<HashWork>>, Code> {
   let (tokens, opts) = guard_js(|| {
     let opts = core_options(&options)?;
     hash::check_request(&opts, digests)?;
     Ok((tokens_of(&tokens)?.into_owned(), opts))
   })?;
-  Ok(AsyncTask::new(HashTask {
+  Ok(Coded::task(HashWork {
     tokens,
     opts,
     digests,

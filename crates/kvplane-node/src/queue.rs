@@ -6,7 +6,7 @@ use crate::error::{guard_js, Code};
 use crate::events::{event_in, EventIn};
 use kvplane_core::chunk::EventChunk;
 use kvplane_core::columns::Columns;
-use kvplane_core::queue::{queue_size_from_f64, EventQueue, DEFAULT_MAX_QUEUE_SIZE};
+use kvplane_core::stream::queue::{queue_size_from_f64, EventQueue, DEFAULT_MAX_QUEUE_SIZE};
 use kvplane_core::KvResult;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;

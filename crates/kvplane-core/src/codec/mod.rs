@@ -60,6 +60,16 @@ pub enum Format {
 }
 
 impl Format {
+  /// The format's name, as `parse` takes it.
+  pub fn name(self) -> &'static str {
+    match self {
+      Format::Vllm => "vllm",
+      Format::VllmLegacy => "vllm_legacy",
+      Format::Sglang => "sglang",
+      Format::SmgProto => "smg_proto",
+    }
+  }
+
   pub fn parse(name: &str) -> KvResult<Format> {
     Ok(match name {
       "vllm" => Format::Vllm,

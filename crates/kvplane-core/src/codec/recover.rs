@@ -17,7 +17,7 @@ use super::msgpack::Writer;
 use super::vllm::{encode_event, encode_stored, ZmqFormat};
 use crate::event::{Batch, KvEvent, RemovedEvent, StoredEvent};
 use crate::index::WorkerDump;
-use crate::indexer::Recovery;
+use crate::stream::Recovery;
 
 /// Appends a u64 in decimal (the dump writes tens of millions of them).
 #[inline]
@@ -335,4 +335,22 @@ pub fn to_msgpack(r: &Recovery) -> Vec<u8> {
   w.str("epoch");
   w.uint(epoch);
   w.into_inner()
+}
+
+/// Parses the raw `start` / `end` parameters of a `/kv_recover` query: decimal u64s, either
+/// absent. `Err` holds the reason a malformed one is an `InvalidRange`.
+pub fn parse_range(
+  start: Option<&str>,
+  end: Option<&str>,
+) -> Result<(Option<u64>, Option<u64>), String> {
+  let parse = |name: &str, v: Option<&str>| match v {
+    None => Ok(None),
+    Some(t) => match t.parse::<u64>() {
+      Ok(n) if !t.starts_with('+') => Ok(Some(n)),
+      _ => Err(format!(
+        "{name} {t:?} is not a seq (an integer in 0..=2^64-1)"
+      )),
+    },
+  };
+  Ok((parse("start", start)?, parse("end", end)?))
 }

@@ -78,6 +78,18 @@ impl Probe<'_> {
 
 impl Index {
   /// Scores every worker for a request given as its chained block hashes (the index's keys).
+  /// Scores workers for a request given as tokens, hashed into keys with `hash` (the options the
+  /// index's keys were made with: the content chain, or the engine's algorithm).
+  pub fn find_matches_tokens(
+    &self,
+    tokens: &[u32],
+    hash: &crate::hash::HashOptions,
+    opts: &MatchOptions,
+  ) -> crate::error::KvResult<Matches> {
+    let keys = crate::hash::hash_blocks(tokens, hash, false)?.hashes;
+    Ok(self.find_matches(&keys, opts))
+  }
+
   pub fn find_matches(&self, seqs: &[u64], opts: &MatchOptions) -> Matches {
     let mut out = Matches::default();
     // Candidate filter by slot (empty = every worker).

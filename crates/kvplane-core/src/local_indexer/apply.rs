@@ -1,0 +1,57 @@
+//! Applying whole batches and encoded payloads.
+
+use super::{ApplyReport, EncodedApplyReport, LocalIndexer};
+use crate::codec::{self, Dialect};
+use crate::error::{KvError, KvResult};
+use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
+use crate::stream::batch::split_oversized;
+
+impl LocalIndexer {
+  /// Applies a batch and logs it. `batch.seq` 0 means "assign the next seq"; otherwise it must
+  /// be exactly the next one (the stream is dense).
+  pub fn apply_batch(&mut self, mut batch: Batch) -> KvResult<ApplyReport> {
+    let next = self.stream.next_seq();
+    if batch.seq == 0 {
+      batch.seq = next;
+    } else if batch.seq != next {
+      return Err(KvError::invalid_arg(format!(
+        "batch seq {} is not the next seq {next}",
+        batch.seq
+      )));
+    }
+    if batch.events.len() > MAX_BATCH_EVENTS {
+      return Err(KvError::invalid_arg(format!(
+        "a batch holds at most {MAX_BATCH_EVENTS} events, got {}",
+        batch.events.len()
+      )));
+    }
+    let worker = self.worker_of(batch.dp_rank)?;
+    let mut errors = Vec::new();
+    for ev in &mut batch.events {
+      if let Err(e) = self.index.apply(worker, ev) {
+        // Failed closed: the rank's state was dropped here, so the stream says so too and no
+        // consumer keeps routing on it (docs/protocol.md#fail-closed-layouts).
+        *ev = KvEvent::Cleared;
+        errors.push(e);
+      }
+    }
+    let encodings = self.stream.encode_batch(&batch);
+    Ok(self.append(encodings, errors))
+  }
+
+  /// Decodes a payload of `dialect` and applies its batches (one, except for a TensorRT-LLM
+  /// JSON list spanning ranks or a batch of more than 1024 events), each under the next seq.
+  /// Nothing is applied if the bytes do not decode.
+  pub fn apply_encoded(&mut self, bytes: &[u8], dialect: Dialect) -> KvResult<EncodedApplyReport> {
+    let decoded = codec::decode(bytes, dialect)?;
+    let mut report = EncodedApplyReport {
+      unknown_events: decoded.unknown_events,
+      ..Default::default()
+    };
+    for b in decoded.batches.into_iter().flat_map(split_oversized) {
+      report.events += b.events.len() as u32;
+      report.batches.push(self.apply_batch(b)?);
+    }
+    Ok(report)
+  }
+}

@@ -1,0 +1,20 @@
+//! Where a subscription from a start seq begins (docs/protocol.md#grpc-subscribekvevents).
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cursor {
+  /// Start 0: live from the next batch.
+  Live,
+  /// Replay the log from this seq, then live (it may be `last_seq + 1`: nothing to replay).
+  Replay(u64),
+  /// Older than the log, or beyond the newest batch (a consumer of another epoch): the consumer
+  /// must clear its state and subscribe from 0.
+  Expired { requested: u64, oldest: u64 },
+}
+
+/// The status message of an expired cursor, the text SMG's gateway recognizes
+/// (docs/protocol.md#grpc-subscribekvevents).
+pub fn expired_cursor_message(requested: u64, oldest: u64) -> String {
+  format!(
+    "expired KV event replay cursor: requested sequence {requested}, oldest available sequence {oldest}"
+  )
+}

@@ -1,0 +1,158 @@
+//! Work that runs off the JS thread (dumps, `/kv_recover` answers, drains). A task computes a
+//! core result; when it fails, the promise rejects with the same coded error a synchronous call
+//! throws (`code` = the core's stable code), not a generic failure.
+
+use crate::error::{guard, to_js};
+use crate::outputs::{published_out, recovery_out, PublishedOut, RecoverAnswer, RecoveryOut};
+use kvplane_core::codec::recover;
+use kvplane_core::local_indexer::{Drained, LocalIndexer};
+use kvplane_core::stream::queue::Taken;
+use kvplane_core::stream::Recovery;
+use kvplane_core::{ErrorCode, KvError, KvResult};
+use napi::bindgen_prelude::*;
+use std::sync::{Arc, Mutex};
+
+/// A native class's core object: `None` once closed.
+pub type Shared = Arc<Mutex<Option<LocalIndexer>>>;
+
+fn closed() -> KvError {
+  KvError::new(ErrorCode::Closed, "the LocalIndexer is closed")
+}
+
+/// Runs `f` on the indexer under its lock (`ERR_CLOSED` once closed).
+pub fn with<T>(inner: &Shared, f: impl FnOnce(&mut LocalIndexer) -> KvResult<T>) -> KvResult<T> {
+  let mut g = inner.lock().unwrap_or_else(|p| p.into_inner());
+  f(g.as_mut().ok_or_else(closed)?)
+}
+
+/// Off-thread work in core terms: `run` on a worker thread, `output` back on the JS thread.
+pub trait CoreWork: Send + Sized {
+  type Output: Send + 'static;
+  type JsValue: ToNapiValue + TypeName;
+  fn run(&mut self) -> KvResult<Self::Output>;
+  fn output(output: Self::Output) -> Self::JsValue;
+}
+
+/// A [`CoreWork`] as an N-API task: panics become `ERR_INTERNAL`, and a failure rejects with
+/// its core error's code.
+pub struct Coded<W> {
+  work: W,
+  failure: Option<KvError>,
+}
+
+impl<W: CoreWork> Coded<W> {
+  pub fn task(work: W) -> AsyncTask<Coded<W>> {
+    AsyncTask::new(Coded {
+      work,
+      failure: None,
+    })
+  }
+}
+
+impl<W: CoreWork> Task for Coded<W> {
+  type Output = W::Output;
+  type JsValue = W::JsValue;
+
+  fn compute(&mut self) -> napi::Result<Self::Output> {
+    guard(|| self.work.run()).map_err(|e| {
+      let failed = napi::Error::new(Status::GenericFailure, e.message.clone());
+      self.failure = Some(e);
+      failed
+    })
+  }
+
+  fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
+    Ok(W::output(output))
+  }
+
+  fn reject(&mut self, env: Env, err: napi::Error) -> napi::Result<Self::JsValue> {
+    match self.failure.take() {
+      Some(e) => Err(napi::Error::from(JsError::from(to_js(e)).into_unknown(env))),
+      None => Err(err),
+    }
+  }
+}
+
+/// The whole index as a tree dump: a consistent cut, holding the same lock as apply for its
+/// whole build.
+pub struct Dump {
+  pub inner: Shared,
+}
+
+impl CoreWork for Dump {
+  type Output = Recovery;
+  type JsValue = RecoveryOut;
+
+  fn run(&mut self) -> KvResult<Recovery> {
+    with(&self.inner, |ix| Ok(ix.tree_dump()))
+  }
+
+  fn output(output: Recovery) -> RecoveryOut {
+    recovery_out(output)
+  }
+}
+
+/// A `/kv_recover` answer: taken under the lock (a dump is a consistent cut), then encoded
+/// without it.
+pub struct Recover {
+  pub inner: Shared,
+  pub range: RecoverRange,
+  pub msgpack: bool,
+}
+
+pub enum RecoverRange {
+  Seqs(Option<u64>, Option<u64>),
+  /// Raw query parameters.
+  Query(Option<String>, Option<String>),
+}
+
+impl CoreWork for Recover {
+  type Output = (&'static str, Vec<u8>);
+  type JsValue = RecoverAnswer;
+
+  fn run(&mut self) -> KvResult<Self::Output> {
+    let answer = with(&self.inner, |ix| {
+      Ok(match &self.range {
+        RecoverRange::Seqs(s, e) => ix.get_events(*s, *e),
+        RecoverRange::Query(s, e) => ix.recover_query(s.as_deref(), e.as_deref()),
+      })
+    })?;
+    let body = if self.msgpack {
+      recover::to_msgpack(&answer)
+    } else {
+      recover::to_json(&answer).into_bytes()
+    };
+    Ok((answer.kind(), body))
+  }
+
+  fn output((kind, body): Self::Output) -> RecoverAnswer {
+    RecoverAnswer {
+      kind: kind.to_string(),
+      body: body.into(),
+    }
+  }
+}
+
+/// Publishes segments taken from a publish queue.
+pub struct Drain {
+  pub inner: Shared,
+  pub segments: Option<Vec<Taken>>,
+  pub ts: f64,
+  pub dp_rank: Option<i32>,
+}
+
+impl CoreWork for Drain {
+  type Output = Drained;
+  type JsValue = PublishedOut;
+
+  fn run(&mut self) -> KvResult<Drained> {
+    let segments = self.segments.take().unwrap_or_default();
+    with(&self.inner, |ix| {
+      ix.publish_segments(segments, self.ts, self.dp_rank)
+    })
+  }
+
+  fn output(output: Drained) -> PublishedOut {
+    published_out(output)
+  }
+}
