@@ -12,7 +12,7 @@ export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-was
 export declare class NativeEventQueue {
   constructor(maxQueueSize?: number | undefined | null)
   /** Enqueues events (all are checked first); returns how many were accepted, the rest dropped. */
-  pushEvents(events: Array<EventIn>): number
+  pushEvents(events: readonly KvEvent[]): number
   /**
    * Enqueues events given as columns (see `ColumnArgs`); returns how many were accepted, the
    * rest dropped.
@@ -89,10 +89,13 @@ export interface ApplyReportOut {
 }
 
 export interface BatchIn {
+  /** The batch's seq; omit to take the next one. */
   seq?: bigint
+  /** Unix seconds. */
   ts?: number
   dpRank?: number | null
-  events: Array<EventIn>
+  /** At most 1024 events. */
+  events: readonly KvEvent[]
 }
 
 export interface BatchOut {
@@ -136,6 +139,7 @@ export interface DecodedOut {
 /** Reads SMG's `SubscribeKvEventsRequest`: its `start_sequence_number`. */
 export declare function decodeSubscribeRequest(bytes: Buffer): bigint
 
+/** A change of one value (TensorRT-LLM `event_diff`). */
 export interface DiffIo {
   old: number
   new: number
@@ -165,31 +169,7 @@ export interface EncodingOut {
   payloads: Array<Buffer>
 }
 
-export interface EventIn {
-  type: string
-  blockHashes?: BigUint64Array | Array<bigint>
-  parentBlockHash?: bigint | null
-  tokenIds?: Uint32Array | Array<number>
-  blockSize?: number
-  loraId?: bigint
-  loraName?: string
-  medium?: string
-  groupIdx?: number
-  cacheSalt?: string
-  extraKeys?: unknown
-  kvCacheSpecKind?: string
-  kvCacheSpecSlidingWindow?: number
-  locality?: string
-  ownership?: string
-  sessionId?: string
-  lookaheadTokenIds?: unknown
-  hashBytes?: HashBytesIn
-  blockHash?: bigint
-  cacheLevel?: DiffIo
-  priority?: DiffIo
-  numBlocksPerCacheLevel?: Array<number>
-}
-
+/** An event as kvplane returns it (replay batches, tree dumps): `type` says which fields are set. */
 export interface EventOut {
   type: string
   blockHashes?: BigUint64Array
@@ -238,6 +218,7 @@ export interface HashBlocksOptions {
 /** Chained hashes of every full block of `tokens`, with the raw digests. */
 export declare function hashBlocksWithDigests(tokens: Uint32Array | Array<number>, options: HashBlocksOptions): HashedBlocks
 
+/** Byte-string block hashes as the engine sent them. */
 export interface HashBytesIn {
   blocks?: Array<Uint8Array>
   parent?: Uint8Array
@@ -271,6 +252,26 @@ export interface IndexerStatsOut {
   drops: Array<DropCount>
   perWorker: Array<WorkerStatsOut>
 }
+
+/**
+ * A KV cache event as JS passes it in: the normalized event model (docs/protocol.md#events),
+ * the one declaration TypeScript's `KvEvent` types come from. u64 values are `bigint`; hashes
+ * and tokens may be typed arrays.
+ */
+export type KvEvent =
+  | { type: 'stored'; /** The engine's block hashes (opaque ids), one per block. */
+    blockHashes: BigUint64Array | readonly bigint[]; /** The engine hash of the block the chain continues from. */
+    parentBlockHash?: bigint | null; /** `blockHashes.length * blockSize` token ids (absent: a hash-only event). */
+    tokenIds?: Uint32Array | readonly number[]; blockSize?: number; loraId?: bigint; loraName?: string; /** Storage tier (`GPU`, `CPU`, `DISK`, ...); unknown values are kept. */
+    medium?: string; groupIdx?: number; cacheSalt?: string; /** vLLM's per-block extra keys, opaque (kept for re-encoding). */
+    extraKeys?: unknown; kvCacheSpecKind?: string; kvCacheSpecSlidingWindow?: number; /** `LOCAL` or `REMOTE` relative to the publisher. */
+    locality?: string; ownership?: string; sessionId?: string; /** Tokens beyond each block used in its hash, opaque. */
+    lookaheadTokenIds?: unknown; /** The engine's byte-string hashes, when it sent bytes (`blockHashes` holds their u64 ids). */
+  hashBytes?: HashBytesIn }
+  | { type: 'removed'; blockHashes: BigUint64Array | readonly bigint[]; medium?: string; groupIdx?: number; locality?: string; ownership?: string; hashBytes?: HashBytesIn }
+  | { type: 'cleared' }
+  | { type: 'updated'; blockHash: bigint; cacheLevel?: DiffIo; priority?: DiffIo }
+  | { type: 'created'; numBlocksPerCacheLevel: readonly number[] }
 
 /** The layout of a packed `findMatches` result for `n` workers. */
 export declare function matchesLayout(n: number): MatchesLayout

@@ -60,5 +60,5 @@ export function decodeBatch(bytes: Uint8Array | string, dialect: Dialect): KvEve
 
 /** Encodes a batch once; the same bytes go to every subscriber. */
 export function encodeBatch(batch: KvEventBatch, format: EncodeFormat): Buffer {
-  return callNative(() => native.encodeBatch(batch as native.BatchIn, format));
+  return callNative(() => native.encodeBatch(batch, format));
 }

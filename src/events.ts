@@ -1,120 +1,32 @@
-/** The normalized event model (spec §2). u64 values are `bigint`; hashes and tokens are typed arrays. */
+/**
+ * The normalized event model (docs/protocol.md#events), as the binding declares it: these types
+ * come from the generated declarations (`index.d.ts`), never from a copy. u64 values are
+ * `bigint`; hashes and tokens may be typed arrays.
+ */
+import type * as native from '../index.js';
 
-export interface StoredEvent {
-  type: 'stored';
-  /** The engine's block hashes (opaque ids), one per block. */
-  blockHashes: BigUint64Array | readonly bigint[];
-  /** The engine hash of the block the chain continues from; absent or `null` for a root. */
-  parentBlockHash?: bigint | null;
-  /** `blockHashes.length * blockSize` token ids. */
-  tokenIds: Uint32Array | readonly number[];
-  blockSize: number;
-  loraId?: bigint;
-  loraName?: string;
-  /** Storage tier (`GPU`, `CPU`, `DISK`, ...); unknown values are kept. */
-  medium?: string;
-  groupIdx?: number;
-  cacheSalt?: string;
-  /** vLLM's per-block extra keys, opaque (kept for re-encoding). */
-  extraKeys?: unknown;
-  kvCacheSpecKind?: string;
-  kvCacheSpecSlidingWindow?: number;
-  /** `LOCAL` or `REMOTE` relative to the publisher. */
-  locality?: string;
-  ownership?: string;
-  sessionId?: string;
-  /** Tokens beyond each block used in its hash, opaque. */
-  lookaheadTokenIds?: unknown;
-  /** The engine's byte-string hashes, when it sent bytes (`blockHashes` holds their u64 ids). */
-  hashBytes?: HashBytes;
-}
-
-/** Byte-string block hashes as the engine sent them. */
-export interface HashBytes {
-  blocks?: readonly Uint8Array[];
-  parent?: Uint8Array;
-}
-
-export interface RemovedEvent {
-  type: 'removed';
-  blockHashes: BigUint64Array | readonly bigint[];
-  medium?: string;
-  groupIdx?: number;
-  locality?: string;
-  ownership?: string;
-  hashBytes?: { blocks?: readonly Uint8Array[] };
-}
-
-/** A change of one value (TensorRT-LLM `event_diff`). */
-export interface Diff {
-  old: number;
-  new: number;
-}
-
-/** TensorRT-LLM only: a block changed cache level or priority. No effect on the index. */
-export interface UpdatedEvent {
-  type: 'updated';
-  blockHash: bigint;
-  cacheLevel?: Diff;
-  priority?: Diff;
-}
-
-/** TensorRT-LLM only: the cache's capacity per level. No effect on the index. */
-export interface CreatedEvent {
-  type: 'created';
-  numBlocksPerCacheLevel: readonly number[];
-}
-
+/** A KV cache event, discriminated by `type`. */
+export type KvEvent = native.KvEvent;
+/** Blocks stored, chained from `parentBlockHash`. */
+export type StoredEvent = Extract<KvEvent, { type: 'stored' }>;
+/** Blocks removed. */
+export type RemovedEvent = Extract<KvEvent, { type: 'removed' }>;
 /** Every block of that worker (DP rank) is gone. */
-export interface ClearedEvent {
-  type: 'cleared';
-}
-
-export type KvEvent = StoredEvent | RemovedEvent | ClearedEvent | UpdatedEvent | CreatedEvent;
-
+export type ClearedEvent = Extract<KvEvent, { type: 'cleared' }>;
+/** TensorRT-LLM only: a block changed cache level or priority. No effect on the index. */
+export type UpdatedEvent = Extract<KvEvent, { type: 'updated' }>;
+/** TensorRT-LLM only: the cache's capacity per level. No effect on the index. */
+export type CreatedEvent = Extract<KvEvent, { type: 'created' }>;
+/** Byte-string block hashes as the engine sent them. */
+export type HashBytes = native.HashBytesIn;
+/** A change of one value (TensorRT-LLM `event_diff`). */
+export type Diff = native.DiffIo;
 /** A batch of events from one DP rank. */
-export interface KvEventBatch {
-  /** The batch's seq; omit to take the next one. */
-  seq?: bigint;
-  /** Unix seconds. */
-  ts?: number;
-  dpRank?: number | null;
-  /** At most 1024 events. */
-  events: readonly KvEvent[];
-}
-
+export type KvEventBatch = native.BatchIn;
 /** An event as kvplane returns it (replay batches, tree dumps). */
-export interface KvEventOut {
-  type: 'stored' | 'removed' | 'cleared' | 'updated' | 'created';
-  blockHashes?: BigUint64Array;
-  parentBlockHash?: bigint;
-  tokenIds?: Uint32Array;
-  blockSize?: number;
-  loraId?: bigint;
-  loraName?: string;
-  medium?: string;
-  groupIdx?: number;
-  cacheSalt?: string;
-  extraKeys?: unknown;
-  kvCacheSpecKind?: string;
-  kvCacheSpecSlidingWindow?: number;
-  locality?: string;
-  ownership?: string;
-  sessionId?: string;
-  lookaheadTokenIds?: unknown;
-  hashBytes?: { blocks?: Buffer[]; parent?: Buffer };
-  blockHash?: bigint;
-  cacheLevel?: Diff;
-  priority?: Diff;
-  numBlocksPerCacheLevel?: number[];
-}
-
-export interface KvEventBatchOut {
-  seq: bigint;
-  ts: number;
-  dpRank?: number;
-  events: KvEventOut[];
-}
+export type KvEventOut = native.EventOut;
+/** A batch as kvplane returns it. */
+export type KvEventBatchOut = native.BatchOut;
 
 /**
  * Events as columns: the bulk path of `KvEventPublisher.publishColumns` and

@@ -172,7 +172,7 @@ export class LocalIndexer {
 
   /** Applies a batch of events for `(workerId, batch.dpRank ?? 0)` and logs it. */
   applyBatch(batch: KvEventBatch): ApplyResult {
-    const r = callNative(() => this.#native.applyBatch(batch as native.BatchIn));
+    const r = callNative(() => this.#native.applyBatch(batch));
     return { seq: r.seq, errors: r.errors.map((e) => new KvPlaneError(e.code as KvPlaneErrorCode, e.message)) };
   }
 

@@ -181,7 +181,7 @@ export class KvEventPublisher {
   /** Enqueues events; returns how many were accepted (the rest were dropped and counted). */
   publish(events: readonly KvEvent[]): number {
     this.#open();
-    const n = callNative(() => this.#queue.pushEvents(events as native.EventIn[]));
+    const n = callNative(() => this.#queue.pushEvents(events));
     this.#schedule();
     return n;
   }

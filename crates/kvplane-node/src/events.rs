@@ -3,59 +3,106 @@
 use crate::convert::{bigint_i64, bigint_u64};
 use crate::value::JsOpaque;
 use kvplane_core::event::{
-  Batch, CreatedEvent, Diff, EventKind, HashBytes, KvEvent, RemovedEvent, StoredEvent, UpdatedEvent,
+  Batch, CreatedEvent, Diff, HashBytes, KvEvent, RemovedEvent, StoredEvent, UpdatedEvent,
 };
 use kvplane_core::hash::{self, tokens_from_f64};
-use kvplane_core::{KvError, KvResult};
+use kvplane_core::KvResult;
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
+/// Byte-string block hashes as the engine sent them.
 #[napi(object, object_to_js = false)]
 pub struct HashBytesIn {
   pub blocks: Option<Vec<Uint8Array>>,
   pub parent: Option<Uint8Array>,
 }
 
+/// A change of one value (TensorRT-LLM `event_diff`).
 #[napi(object)]
 pub struct DiffIo {
   pub old: i64,
   pub new: i64,
 }
 
-#[napi(object, object_to_js = false)]
-pub struct EventIn {
-  #[napi(js_name = "type")]
-  pub kind: String,
-  pub block_hashes: Option<Either<BigUint64Array, Vec<BigInt>>>,
-  pub parent_block_hash: Option<Either<BigInt, Null>>,
-  pub token_ids: Option<Either<Uint32Array, Vec<f64>>>,
-  pub block_size: Option<f64>,
-  pub lora_id: Option<BigInt>,
-  pub lora_name: Option<String>,
-  pub medium: Option<String>,
-  pub group_idx: Option<u32>,
-  pub cache_salt: Option<String>,
-  #[napi(ts_type = "unknown")]
-  pub extra_keys: Option<JsOpaque>,
-  pub kv_cache_spec_kind: Option<String>,
-  pub kv_cache_spec_sliding_window: Option<i64>,
-  pub locality: Option<String>,
-  pub ownership: Option<String>,
-  pub session_id: Option<String>,
-  #[napi(ts_type = "unknown")]
-  pub lookahead_token_ids: Option<JsOpaque>,
-  pub hash_bytes: Option<HashBytesIn>,
-  pub block_hash: Option<BigInt>,
-  pub cache_level: Option<DiffIo>,
-  pub priority: Option<DiffIo>,
-  pub num_blocks_per_cache_level: Option<Vec<u32>>,
+/// A KV cache event as JS passes it in: the normalized event model (docs/protocol.md#events),
+/// the one declaration TypeScript's `KvEvent` types come from. u64 values are `bigint`; hashes
+/// and tokens may be typed arrays.
+// Events arrive one per array element and are converted at once: the size of the stored variant
+// costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+#[napi(
+  discriminant = "type",
+  discriminant_case = "lowercase",
+  object_to_js = false,
+  js_name = "KvEvent"
+)]
+pub enum EventIn {
+  /// Blocks stored, chained from `parentBlockHash` (absent or null: a root).
+  Stored {
+    /// The engine's block hashes (opaque ids), one per block.
+    #[napi(ts_type = "BigUint64Array | readonly bigint[]")]
+    block_hashes: Either<BigUint64Array, Vec<BigInt>>,
+    /// The engine hash of the block the chain continues from.
+    parent_block_hash: Option<Either<BigInt, Null>>,
+    /// `blockHashes.length * blockSize` token ids (absent: a hash-only event).
+    #[napi(ts_type = "Uint32Array | readonly number[]")]
+    token_ids: Option<Either<Uint32Array, Vec<f64>>>,
+    block_size: Option<f64>,
+    lora_id: Option<BigInt>,
+    lora_name: Option<String>,
+    /// Storage tier (`GPU`, `CPU`, `DISK`, ...); unknown values are kept.
+    medium: Option<String>,
+    group_idx: Option<u32>,
+    cache_salt: Option<String>,
+    /// vLLM's per-block extra keys, opaque (kept for re-encoding).
+    #[napi(ts_type = "unknown")]
+    extra_keys: Option<JsOpaque>,
+    kv_cache_spec_kind: Option<String>,
+    kv_cache_spec_sliding_window: Option<i64>,
+    /// `LOCAL` or `REMOTE` relative to the publisher.
+    locality: Option<String>,
+    ownership: Option<String>,
+    session_id: Option<String>,
+    /// Tokens beyond each block used in its hash, opaque.
+    #[napi(ts_type = "unknown")]
+    lookahead_token_ids: Option<JsOpaque>,
+    /// The engine's byte-string hashes, when it sent bytes (`blockHashes` holds their u64 ids).
+    hash_bytes: Option<HashBytesIn>,
+  },
+  /// Blocks removed.
+  Removed {
+    #[napi(ts_type = "BigUint64Array | readonly bigint[]")]
+    block_hashes: Either<BigUint64Array, Vec<BigInt>>,
+    medium: Option<String>,
+    group_idx: Option<u32>,
+    locality: Option<String>,
+    ownership: Option<String>,
+    hash_bytes: Option<HashBytesIn>,
+  },
+  /// Every block of that worker (DP rank) is gone.
+  Cleared {},
+  /// TensorRT-LLM only: a block changed cache level or priority. No effect on the index.
+  Updated {
+    block_hash: BigInt,
+    cache_level: Option<DiffIo>,
+    priority: Option<DiffIo>,
+  },
+  /// TensorRT-LLM only: the cache's capacity per level. No effect on the index.
+  Created {
+    #[napi(ts_type = "readonly number[]")]
+    num_blocks_per_cache_level: Vec<u32>,
+  },
 }
 
 #[napi(object, object_to_js = false)]
 pub struct BatchIn {
+  /// The batch's seq; omit to take the next one.
   pub seq: Option<BigInt>,
+  /// Unix seconds.
   pub ts: Option<f64>,
   pub dp_rank: Option<Either<i32, Null>>,
+  /// At most 1024 events.
+  #[napi(ts_type = "readonly KvEvent[]")]
   pub events: Vec<EventIn>,
 }
 
@@ -65,6 +112,7 @@ pub struct HashBytesOut {
   pub parent: Option<Buffer>,
 }
 
+/// An event as kvplane returns it (replay batches, tree dumps): `type` says which fields are set.
 #[napi(object)]
 pub struct EventOut {
   #[napi(js_name = "type")]
@@ -102,11 +150,10 @@ pub struct BatchOut {
   pub events: Vec<EventOut>,
 }
 
-fn hashes_in(v: &Option<Either<BigUint64Array, Vec<BigInt>>>) -> KvResult<Vec<u64>> {
+fn hashes_in(v: &Either<BigUint64Array, Vec<BigInt>>) -> KvResult<Vec<u64>> {
   match v {
-    None => Err(KvError::invalid_arg("blockHashes is required")),
-    Some(Either::A(a)) => Ok(a.to_vec()),
-    Some(Either::B(v)) => v.iter().map(|b| bigint_u64("blockHashes[i]", b)).collect(),
+    Either::A(a) => Ok(a.to_vec()),
+    Either::B(v) => v.iter().map(|b| bigint_u64("blockHashes[i]", b)).collect(),
   }
 }
 
@@ -129,52 +176,75 @@ fn opaque(v: &Option<JsOpaque>) -> Option<kvplane_core::codec::value::Value> {
 }
 
 pub fn event_in(e: &EventIn) -> KvResult<KvEvent> {
-  Ok(match EventKind::parse(&e.kind)? {
-    EventKind::Cleared => KvEvent::Cleared,
-    EventKind::Removed => KvEvent::Removed(RemovedEvent {
-      block_hashes: hashes_in(&e.block_hashes)?,
-      medium: e.medium.clone(),
-      group_idx: e.group_idx,
-      locality: e.locality.clone(),
-      ownership: e.ownership.clone(),
-      hash_bytes: e
-        .hash_bytes
+  Ok(match e {
+    EventIn::Cleared {} => KvEvent::Cleared,
+    EventIn::Removed {
+      block_hashes,
+      medium,
+      group_idx,
+      locality,
+      ownership,
+      hash_bytes,
+    } => KvEvent::Removed(RemovedEvent {
+      block_hashes: hashes_in(block_hashes)?,
+      medium: medium.clone(),
+      group_idx: *group_idx,
+      locality: locality.clone(),
+      ownership: ownership.clone(),
+      hash_bytes: hash_bytes
         .as_ref()
         .and_then(|h| h.blocks.as_ref())
         .map(|b| b.iter().map(|x| x.to_vec()).collect()),
     }),
-    EventKind::Stored => KvEvent::Stored(StoredEvent {
-      block_hashes: hashes_in(&e.block_hashes)?,
-      parent_block_hash: match &e.parent_block_hash {
+    EventIn::Stored {
+      block_hashes,
+      parent_block_hash,
+      token_ids,
+      block_size,
+      lora_id,
+      lora_name,
+      medium,
+      group_idx,
+      cache_salt,
+      extra_keys,
+      kv_cache_spec_kind,
+      kv_cache_spec_sliding_window,
+      locality,
+      ownership,
+      session_id,
+      lookahead_token_ids,
+      hash_bytes,
+    } => KvEvent::Stored(StoredEvent {
+      block_hashes: hashes_in(block_hashes)?,
+      parent_block_hash: match parent_block_hash {
         Some(Either::A(p)) => Some(bigint_u64("parentBlockHash", p)?),
         _ => None,
       },
-      token_ids: match &e.token_ids {
+      token_ids: match token_ids {
         None => Vec::new(),
         Some(Either::A(t)) => t.to_vec(),
         Some(Either::B(v)) => tokens_from_f64(v)?,
       },
-      block_size: match e.block_size {
+      block_size: match block_size {
         None => 0,
-        Some(b) => hash::block_size_from_f64(b)? as u32,
+        Some(b) => hash::block_size_from_f64(*b)? as u32,
       },
-      lora_id: e
-        .lora_id
+      lora_id: lora_id
         .as_ref()
         .map(|v| bigint_i64("loraId", v))
         .transpose()?,
-      lora_name: e.lora_name.clone(),
-      medium: e.medium.clone(),
-      group_idx: e.group_idx,
-      cache_salt: e.cache_salt.clone(),
-      extra_keys: opaque(&e.extra_keys),
-      kv_cache_spec_kind: e.kv_cache_spec_kind.clone(),
-      kv_cache_spec_sliding_window: e.kv_cache_spec_sliding_window,
-      locality: e.locality.clone(),
-      ownership: e.ownership.clone(),
-      session_id: e.session_id.clone(),
-      lookahead_token_ids: opaque(&e.lookahead_token_ids),
-      hash_bytes: e.hash_bytes.as_ref().map(|h| {
+      lora_name: lora_name.clone(),
+      medium: medium.clone(),
+      group_idx: *group_idx,
+      cache_salt: cache_salt.clone(),
+      extra_keys: opaque(extra_keys),
+      kv_cache_spec_kind: kv_cache_spec_kind.clone(),
+      kv_cache_spec_sliding_window: *kv_cache_spec_sliding_window,
+      locality: locality.clone(),
+      ownership: ownership.clone(),
+      session_id: session_id.clone(),
+      lookahead_token_ids: opaque(lookahead_token_ids),
+      hash_bytes: hash_bytes.as_ref().map(|h| {
         Box::new(HashBytes {
           blocks: h
             .blocks
@@ -185,16 +255,19 @@ pub fn event_in(e: &EventIn) -> KvResult<KvEvent> {
         })
       }),
     }),
-    EventKind::Updated => KvEvent::Updated(UpdatedEvent {
-      block_hash: match &e.block_hash {
-        Some(h) => bigint_u64("blockHash", h)?,
-        None => return Err(KvError::invalid_arg("an updated event needs blockHash")),
-      },
-      cache_level: diff_in(&e.cache_level),
-      priority: diff_in(&e.priority),
+    EventIn::Updated {
+      block_hash,
+      cache_level,
+      priority,
+    } => KvEvent::Updated(UpdatedEvent {
+      block_hash: bigint_u64("blockHash", block_hash)?,
+      cache_level: diff_in(cache_level),
+      priority: diff_in(priority),
     }),
-    EventKind::Created => KvEvent::Created(CreatedEvent {
-      num_blocks_per_cache_level: e.num_blocks_per_cache_level.clone().unwrap_or_default(),
+    EventIn::Created {
+      num_blocks_per_cache_level,
+    } => KvEvent::Created(CreatedEvent {
+      num_blocks_per_cache_level: num_blocks_per_cache_level.clone(),
     }),
   })
 }

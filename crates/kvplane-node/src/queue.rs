@@ -83,7 +83,7 @@ impl NativeEventQueue {
   }
 
   /// Enqueues events (all are checked first); returns how many were accepted, the rest dropped.
-  #[napi]
+  #[napi(ts_args_type = "events: readonly KvEvent[]")]
   pub fn push_events(&self, events: Vec<EventIn>) -> Result<u32, Code> {
     guard_js(|| {
       let evs = events.iter().map(event_in).collect::<KvResult<Vec<_>>>()?;
