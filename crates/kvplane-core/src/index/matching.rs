@@ -211,3 +211,42 @@ impl Index {
     credit(probe, last, None, score);
   }
 }
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use crate::event::{KvEvent, StoredEvent};
+  use crate::hash::{Algo, HashOptions};
+  use crate::index::IndexConfig;
+
+  #[test]
+  fn an_index_on_its_own_scores_workers_of_many_nodes_by_tokens() {
+    let mut ix = Index::new(IndexConfig::default());
+    let tokens: Vec<u32> = (0..32).collect();
+    let stored = |blocks: usize| {
+      KvEvent::Stored(StoredEvent {
+        block_hashes: (1..=blocks as u64).collect(),
+        token_ids: tokens[..blocks * 4].to_vec(),
+        block_size: 4,
+        ..Default::default()
+      })
+    };
+    let w = |worker_id, dp_rank| WorkerKey { worker_id, dp_rank };
+    ix.apply(w(10, 0), &stored(8)).unwrap();
+    ix.apply(w(10, 1), &stored(3)).unwrap();
+    ix.apply(w(20, 0), &stored(5)).unwrap();
+    let hash = HashOptions::new(Algo::Xxh3, 4);
+    let m = ix
+      .find_matches_tokens(&tokens, &hash, &MatchOptions::default())
+      .unwrap();
+    let mut scores = m.scores.clone();
+    scores.sort();
+    assert_eq!(scores, vec![(w(10, 0), 8), (w(10, 1), 3), (w(20, 0), 5)]);
+    let only = MatchOptions {
+      workers: Some(vec![w(20, 0)]),
+      early_exit: false,
+    };
+    let m = ix.find_matches_tokens(&tokens[..12], &hash, &only).unwrap();
+    assert_eq!(m.scores, vec![(w(20, 0), 3)]);
+  }
+}

@@ -217,13 +217,12 @@ impl Stream {
         };
       }
     }
-    let tree_dump = |dump: Box<dyn FnOnce() -> Vec<WorkerDump> + '_>| Recovery::TreeDump {
-      workers: dump(),
-      last_seq,
-      epoch,
-    };
     let Some(start) = start else {
-      return tree_dump(Box::new(dump));
+      return Recovery::TreeDump {
+        workers: dump(),
+        last_seq,
+        epoch,
+      };
     };
     if start > last_seq {
       return Recovery::TooNew { last_seq, epoch };
@@ -243,7 +242,11 @@ impl Stream {
           epoch,
         }
       }
-      _ => tree_dump(Box::new(dump)),
+      _ => Recovery::TreeDump {
+        workers: dump(),
+        last_seq,
+        epoch,
+      },
     }
   }
 
