@@ -76,7 +76,7 @@ PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL  # what vLLM passes; 5 on CPython 3.8+
 # TRT-LLM cache_salt -> salt id. The brief (and released TRT-LLM's LLM API /
 # kv_cache_hash.get_cache_salt_id) use BLAKE3; SPEC.md section 4 says SHA-256
 # (TRT-LLM's KV cache manager V2 derivation). See fixtures/README.md.
-TRT_SALT_ID_HASH = "sha256"  # SPEC §4; older TRT-LLM routers used "blake3"
+TRT_SALT_ID_HASH = "sha256"  # docs/protocol.md#block-hashing; older TRT-LLM routers used "blake3"
 
 ALGOS = [
     "xxh3",
