@@ -76,7 +76,7 @@ async function measure(address, publish, waiting, flush) {
 
 async function runKvplane(w) {
   const p = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null });
-  const g = await KvGrpcServer.create({ publisher: p, host: '127.0.0.1' });
+  const g = await KvGrpcServer.create({ stream: p.stream, host: '127.0.0.1' });
   const r = await measure(
     `127.0.0.1:${g.port}`,
     (_b, at, end) => p.publishColumns(publishColumnsOf(w, at, end)),

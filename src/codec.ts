@@ -3,7 +3,7 @@ import type { KvEventBatch, KvEventBatchOut } from './events.js';
 import native from './native.js';
 
 /**
- * Wire dialects kvplane decodes (spec §3):
+ * Wire dialects kvplane decodes (docs/protocol.md#formats-at-a-glance):
  * - `vllm`: vLLM's ZMQ msgpack payload, every generation (tagged maps or legacy arrays, 2- to
  *   n-slot batches, int or byte-string hashes);
  * - `sglang`: SGLang's (signed hashes, EAGLE token pairs, the salted legacy slot);

@@ -1,7 +1,7 @@
 import { awaitNative, callNative, invalidArg } from './errors.js';
 import native from './native.js';
 
-/** Block hashing algorithms, named as in the spec (§4). */
+/** Block hashing algorithms, as docs/protocol.md#block-hashing names them. */
 export type HashAlgo =
   | 'xxh3'
   | 'xxh3_content'

@@ -22,20 +22,6 @@ export type {
   UpdatedEvent,
 } from './events.js';
 export {
-  type GrpcStats,
-  type GrpcTlsOptions,
-  KvGrpcServer,
-  type KvGrpcServerOptions,
-} from './grpc/server.js';
-export {
-  decodeSubscribeRequest,
-  encodeSubscribeRequest,
-  KV_EVENT_SERVICES,
-  type KvEventService,
-  subscribeDefinition,
-  subscribePath,
-} from './grpc/services.js';
-export {
   digestsHex,
   type ExtraKey,
   type HashAlgo,
@@ -66,16 +52,34 @@ export {
   type ZmqFormat,
 } from './indexer.js';
 export {
+  KvEventPublisher,
+  type KvEventPublisherOptions,
+  type PublisherStats,
+} from './publisher.js';
+export { SOURCES, type SourceEntry, type SourceSettings, sourceNames } from './sources/registry.js';
+export { SimEngine, type SimEngineOptions, type SimStats } from './sources/sim/engine.js';
+export { SimSource } from './sources/sim/source.js';
+export type { EventSink, EventSource, SourceHealth } from './sources/source.js';
+export type { BatchConsumer, EncodedBatches } from './stream/batches.js';
+export { KvEventStream, type KvEventStreamOptions, type StreamStats } from './stream/stream.js';
+export {
+  type GrpcStats,
+  type GrpcTlsOptions,
+  KvGrpcServer,
+  type KvGrpcServerOptions,
+} from './transports/grpc/server.js';
+export {
+  decodeSubscribeRequest,
+  encodeSubscribeRequest,
+  KV_EVENT_SERVICES,
+  type KvEventService,
+  subscribeDefinition,
+  subscribePath,
+} from './transports/grpc/services.js';
+export { KvHttpServer, type KvHttpServerOptions, type SourceInfo } from './transports/http/server.js';
+export {
   endpointForRank,
   type KvEventsConfig,
   kvEventsConfigFromJson,
   shouldBind,
-} from './publisher/config.js';
-export {
-  KvEventPublisher,
-  type KvEventPublisherOptions,
-  type PublishedBatches,
-  type PublisherStats,
-} from './publisher/publisher.js';
-export { KvHttpServer, type KvHttpServerOptions, type SourceInfo } from './server/http.js';
-export { type EventSink, SimEngine, type SimEngineOptions, type SimStats } from './sim/engine.js';
+} from './transports/zmq/config.js';

@@ -76,7 +76,7 @@ export interface WorkerEvents {
   events: KvEventOut[];
 }
 
-/** Answers of `getEvents` (spec §3.4). */
+/** Answers of `getEvents` (docs/protocol.md#http-kv_recover). */
 export type Recovery =
   | { kind: 'Events'; batches: KvEventBatchOut[]; lastSeq: bigint; epoch: bigint }
   | { kind: 'TreeDump'; workers: WorkerEvents[]; lastSeq: bigint; epoch: bigint }
@@ -165,7 +165,7 @@ export class LocalIndexer {
     return callNative(() => this.#native.lastSeq);
   }
 
-  /** This incarnation's epoch (spec §6). */
+  /** This incarnation's epoch (docs/protocol.md#seqs-and-epochs). */
   get epoch(): bigint {
     return this.#epoch;
   }
@@ -211,7 +211,7 @@ export class LocalIndexer {
   }
 
   /**
-   * The `/kv_recover` answer for `start..=end` (spec §3.4) as JSON text bytes or msgpack, with
+   * The `/kv_recover` answer for `start..=end` (docs/protocol.md#http-kv_recover) as JSON text bytes or msgpack, with
    * exact u64 integers; built off the JS thread.
    */
   async recover(start?: bigint, end?: bigint, format: 'json' | 'msgpack' = 'json'): Promise<Buffer> {
@@ -239,7 +239,7 @@ export class LocalIndexer {
   }
 
   /**
-   * Where a gRPC subscription from `start` begins (spec §6): `live` (0), `replay` from `start`
+   * Where a gRPC subscription from `start` begins (docs/protocol.md#seqs-and-epochs): `live` (0), `replay` from `start`
    * (within the log, or the next seq), or `expired` with the status message for the consumer.
    */
   cursor(start: bigint): SubscribeCursor {
@@ -314,7 +314,7 @@ export class LocalIndexer {
     };
   }
 
-  /** Recovery for batches `start..=end` (spec §3.4): `Events`, `TreeDump`, `TooNew` or `InvalidRange`. */
+  /** Recovery for batches `start..=end` (docs/protocol.md#http-kv_recover): `Events`, `TreeDump`, `TooNew` or `InvalidRange`. */
   getEvents(start?: bigint, end?: bigint): Recovery {
     return callNative(() => this.#native.getEvents(start, end)) as Recovery;
   }

@@ -106,6 +106,8 @@ describe('kvplane serve --engine sim', () => {
       expect(r.status, args.join(' ')).toBe(2);
       expect(r.stderr).toMatch(/ERR_INVALID_ARG/);
     }
+    const unknown = spawnSync(process.execPath, [CLI, 'serve', '--engine', 'nope'], { encoding: 'utf8' });
+    expect(unknown.stderr).toMatch(/--engine nope: unknown engine; known: sim/);
     const help = spawnSync(process.execPath, [CLI, 'serve', '--help'], { encoding: 'utf8' });
     expect(help.stdout).toMatch(/--replay-endpoint/);
   });

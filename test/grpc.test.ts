@@ -182,7 +182,7 @@ async function node(
 ): Promise<{ pub: KvEventPublisher; grpc: KvGrpcServer; address: string }> {
   const pub = await KvEventPublisher.create({ endpoint: LOOPBACK, replayEndpoint: null, ...pubOpts });
   cleanup.push(() => pub.close());
-  const grpc = await KvGrpcServer.create({ publisher: pub, host: '127.0.0.1', ...grpcOpts });
+  const grpc = await KvGrpcServer.create({ stream: pub.stream, host: '127.0.0.1', ...grpcOpts });
   cleanup.push(() => grpc.close());
   return { pub, grpc, address: `127.0.0.1:${grpc.port}` };
 }
@@ -317,7 +317,7 @@ describe('KvGrpcServer', () => {
     expect(String(expired.at(-1)?.details)).toContain(
       'expired KV event replay cursor: requested sequence 2, oldest available sequence 4',
     );
-    const off = await KvGrpcServer.create({ publisher: null, host: '127.0.0.1' });
+    const off = await KvGrpcServer.create({ stream: null, host: '127.0.0.1' });
     cleanup.push(() => off.close());
     const none = await runPeer([`127.0.0.1:${off.port}`, 'vllm', '0', '1']);
     expect(none.at(-1)).toMatchObject({ status: 'UNIMPLEMENTED' });
@@ -390,7 +390,7 @@ describe('KvGrpcServer', () => {
   });
 
   it('a server without events answers UNIMPLEMENTED; a bad request INVALID_ARGUMENT', async () => {
-    const off = await KvGrpcServer.create({ publisher: null, host: '127.0.0.1' });
+    const off = await KvGrpcServer.create({ stream: null, host: '127.0.0.1' });
     cleanup.push(() => off.close());
     const got = await subscribe(`127.0.0.1:${off.port}`, 0n, 1, { engine: 'tokenspeed' }).done;
     expect(got.status?.code).toBe(status.UNIMPLEMENTED);

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { KvPlaneError } from '../errors.js';
-import { parseServeArgs, type Serving, serveHelp, startServe } from './serve.js';
+import { parseServeArgs, type Serving, serveHelp, startServe } from './serve/index.js';
 
 const USAGE = `Usage: kvplane <command> [flags]
 
@@ -96,7 +96,14 @@ async function serve(argv: string[]): Promise<void> {
   });
   const p = s.publisher.stats();
   await s.stop();
-  log({ level: 'info', msg: 'stopped', last_seq: p.lastSeq, events: p.events, batches: p.batches, sim: s.sim.stats });
+  log({
+    level: 'info',
+    msg: 'stopped',
+    last_seq: p.lastSeq,
+    events: p.events,
+    batches: p.batches,
+    source: s.source.stats(),
+  });
 }
 
 async function main(argv: string[]): Promise<number> {

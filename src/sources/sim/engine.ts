@@ -1,12 +1,8 @@
-import type { KvEvent } from '../events.js';
-import { type HashAlgo, hashBlocks } from '../hash.js';
-import { withDefaults } from '../options.js';
+import type { KvEvent } from '../../events.js';
+import { type HashAlgo, hashBlocks } from '../../hash.js';
+import { withDefaults } from '../../options.js';
+import type { EventSink } from '../source.js';
 import { Rng, Zipf } from './random.js';
-
-/** Where a simulated engine sends its events (a `KvEventPublisher`). */
-export interface EventSink {
-  publish(events: readonly KvEvent[]): number;
-}
 
 export interface SimEngineOptions {
   /** Workload seed: the same seed gives the same events. Default 1. */

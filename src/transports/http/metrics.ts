@@ -1,6 +1,6 @@
 import { Counter, Gauge, Registry } from 'prom-client';
+import type { KvEventPublisher } from '../../publisher.js';
 import type { GrpcStats } from '../grpc/server.js';
-import type { KvEventPublisher } from '../publisher/publisher.js';
 
 const INDEX_DROPS = ['unknown_parent', 'unknown_removed', 'duplicate_store', 'unsupported_layout'] as const;
 

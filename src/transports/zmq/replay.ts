@@ -1,5 +1,5 @@
 import { Router } from 'zeromq';
-import type { LocalIndexer } from '../indexer.js';
+import type { LocalIndexer } from '../../indexer.js';
 import { END_OF_REPLAY, SocketWriter, seqFrame } from './writer.js';
 
 export interface ReplayServerOptions {
@@ -30,7 +30,7 @@ export interface ReplayCounters {
 }
 
 /**
- * The replay ROUTER (spec §3.1): for `[identity, "", start]` it sends every retained batch with
+ * The replay ROUTER (docs/protocol.md#zmq-replay): for `[identity, "", start]` it sends every retained batch with
  * seq ≥ start as `[identity, "", topic?, seq, payload]`, then the end marker (seq eight 0xff, empty
  * payload). Replies go through ROUTER_MANDATORY, so a full peer is waited for, never silently
  * skipped; replay runs on its own socket and never holds up the live stream.

@@ -1,9 +1,9 @@
 import type { ServiceDefinition } from '@grpc/grpc-js';
-import { callNative } from '../errors.js';
-import native from '../native.js';
+import { callNative } from '../../errors.js';
+import native from '../../native.js';
 
 /**
- * The engine services routers call `SubscribeKvEvents` on (spec §3.3); kvplane serves the RPC
+ * The engine services routers call `SubscribeKvEvents` on (docs/protocol.md#grpc-subscribekvevents); kvplane serves the RPC
  * under every one of them, so a router configured for any engine finds it.
  */
 export const KV_EVENT_SERVICES = [

@@ -1,7 +1,8 @@
 import { Metadata, Server, ServerCredentials, type ServerWritableStream, status } from '@grpc/grpc-js';
-import { KvPlaneError } from '../errors.js';
-import type { KvEventPublisher, PublishedBatches } from '../publisher/publisher.js';
-import { bearerMatches } from '../server/auth.js';
+import { KvPlaneError } from '../../errors.js';
+import type { EncodedBatches } from '../../stream/batches.js';
+import type { KvEventStream } from '../../stream/stream.js';
+import { bearerMatches } from '../auth.js';
 import { decodeSubscribeRequest, KV_EVENT_SERVICES, subscribeDefinition } from './services.js';
 import { type EndStatus, Subscriber } from './subscriber.js';
 
@@ -15,7 +16,7 @@ export interface GrpcTlsOptions {
 
 export interface KvGrpcServerOptions {
   /** The stream to serve; `null` serves no events (`SubscribeKvEvents` answers UNIMPLEMENTED). */
-  publisher: KvEventPublisher | null;
+  stream: KvEventStream | null;
   /** Default `0.0.0.0` (routers connect from other hosts). */
   host?: string;
   /** Default 0 (the OS picks; read `port`). */
@@ -59,15 +60,15 @@ const DEFAULT_MAX_LAG = 1024;
 type Call = ServerWritableStream<Buffer, Buffer>;
 
 /**
- * The engine node's gRPC endpoint (spec §3.3, §6): `SubscribeKvEvents` under every engine
- * service name. One listener on the publisher feeds all subscribers; each batch is encoded to
+ * The engine node's gRPC endpoint (docs/protocol.md#grpc-subscribekvevents): `SubscribeKvEvents`
+ * under every engine service name. One consumer of the stream's `smg_proto` batches feeds all subscribers; each batch is encoded to
  * protobuf once in Rust and the same bytes go to every stream. A subscription from a seq replays
  * the log, then continues live; an expired or foreign cursor is FAILED_PRECONDITION; a subscriber
  * that falls too far behind is cut off without slowing the others.
  */
 export class KvGrpcServer {
   readonly #server: Server;
-  readonly #publisher: KvEventPublisher | null;
+  readonly #stream: KvEventStream | null;
   readonly #token: string | undefined;
   readonly #maxLag: number;
   readonly #subscribers = new Set<Subscriber>();
@@ -85,7 +86,7 @@ export class KvGrpcServer {
 
   private constructor(server: Server, opts: KvGrpcServerOptions) {
     this.#server = server;
-    this.#publisher = opts.publisher;
+    this.#stream = opts.stream;
     this.#token = opts.authToken;
     this.#maxLag = opts.maxLagBatches ?? DEFAULT_MAX_LAG;
     if (!Number.isInteger(this.#maxLag) || this.#maxLag < 1) {
@@ -94,9 +95,8 @@ export class KvGrpcServer {
     if (opts.authToken !== undefined && (typeof opts.authToken !== 'string' || opts.authToken === '')) {
       throw new KvPlaneError('ERR_INVALID_ARG', 'authToken must be a non-empty string');
     }
-    if (this.#publisher) {
-      this.#publisher.enableProtoStream();
-      this.#unlisten = this.#publisher.onBatches((b) => this.#fanOut(b));
+    if (this.#stream) {
+      this.#unlisten = this.#stream.consume('smg_proto', (b) => this.#fanOut(b));
     } else {
       this.#unlisten = () => {};
     }
@@ -176,7 +176,7 @@ export class KvGrpcServer {
 
   #metadata(): Metadata {
     const md = new Metadata();
-    if (this.#publisher && !this.#publisher.closed) md.set('x-kvplane-epoch', this.#publisher.epoch.toString());
+    if (this.#stream && !this.#stream.closed) md.set('x-kvplane-epoch', this.#stream.epoch.toString());
     return md;
   }
 
@@ -191,8 +191,8 @@ export class KvGrpcServer {
       this.#refuse(call, status.UNAUTHENTICATED, 'missing or wrong bearer token');
       return;
     }
-    const publisher = this.#publisher;
-    if (!publisher || publisher.closed || this.#closed) {
+    const stream = this.#stream;
+    if (!stream || stream.closed || this.#closed) {
       counts.unimplemented++;
       this.#refuse(call, status.UNIMPLEMENTED, 'KV events are not enabled on this server');
       return;
@@ -205,13 +205,13 @@ export class KvGrpcServer {
       this.#refuse(call, status.INVALID_ARGUMENT, `bad SubscribeKvEventsRequest: ${(err as Error).message}`);
       return;
     }
-    const failed = publisher.failClosed[0];
+    const failed = stream.failClosed[0];
     if (failed) {
       counts.failClosed++;
       this.#refuse(call, status.FAILED_PRECONDITION, failed.message);
       return;
     }
-    const cursor = publisher.indexer.cursor(start);
+    const cursor = stream.indexer.cursor(start);
     if (cursor.kind === 'expired') {
       counts.expired++;
       this.#refuse(call, status.FAILED_PRECONDITION, cursor.message);
@@ -229,7 +229,7 @@ export class KvGrpcServer {
     }
     counts.replay++;
     sub
-      .catchUp((from, max) => publisher.indexer.replay(from, max, 'smg_proto'))
+      .catchUp((from, max) => stream.indexer.replay(from, max, 'smg_proto'))
       .then(
         () => {
           if (sub.lag > this.#maxLag) this.#cutOff(sub);
@@ -252,17 +252,17 @@ export class KvGrpcServer {
     });
   }
 
-  #fanOut(b: PublishedBatches): void {
-    const n = b.protoPayloads.length;
+  #fanOut(b: EncodedBatches): void {
+    const n = b.payloads.length;
     for (const sub of this.#subscribers) {
       for (let i = 0; i < n; i++) {
-        if (!sub.live(b.seqs[i] as bigint, b.protoPayloads[i] as Buffer)) {
+        if (!sub.live(b.seqs[i] as bigint, b.payloads[i] as Buffer)) {
           this.#cutOff(sub);
           break;
         }
       }
     }
-    const failed = this.#publisher?.failClosed[0];
+    const failed = this.#stream?.failClosed[0];
     if (failed) {
       const end: EndStatus = { code: status.FAILED_PRECONDITION, details: failed.message, metadata: this.#metadata() };
       for (const sub of this.#subscribers) sub.endAfterQueued(end);

@@ -1,8 +1,9 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { KvEventPublisher } from '../../publisher.js';
+import type { SourceHealth } from '../../sources/source.js';
+import { bearerMatches } from '../auth.js';
 import type { KvGrpcServer } from '../grpc/server.js';
-import type { KvEventPublisher } from '../publisher/publisher.js';
-import { bearerMatches } from './auth.js';
 import { publisherMetrics, type RecoverCounts } from './metrics.js';
 
 /** An input feeding the publisher, as `/healthz` lists it. */
@@ -10,6 +11,8 @@ export interface SourceInfo {
   name: string;
   /** `sim`, `zmq`, `api`, ... */
   kind: string;
+  /** The source's own health; without it the source counts as `ok`. */
+  health?: () => SourceHealth;
 }
 
 export interface KvHttpServerOptions {
@@ -34,7 +37,7 @@ function jsonWithU64(value: unknown): string {
 }
 
 /**
- * The engine node's HTTP endpoints (spec §3.4): `GET /kv_recover?start=S&end=E` (JSON, or msgpack
+ * The engine node's HTTP endpoints (docs/protocol.md#http-kv_recover): `GET /kv_recover?start=S&end=E` (JSON, or msgpack
  * with `Accept: application/msgpack` or `?format=msgpack`), `GET /healthz`, `GET /metrics`.
  */
 export class KvHttpServer {
@@ -134,10 +137,16 @@ export class KvHttpServer {
       epoch: this.#publisher.epoch,
       last_seq: s.lastSeq,
       oldest_seq: ix?.oldestSeq ?? null,
-      sources: this.#sources.map((src) => ({
-        ...src,
-        state: s.failClosed.length > 0 ? 'fail_closed' : 'ok',
-      })),
+      sources: this.#sources.map((src) => {
+        const own = src.health?.() ?? { state: 'ok' };
+        const state = s.failClosed.length > 0 ? 'fail_closed' : own.state;
+        return {
+          name: src.name,
+          kind: src.kind,
+          state,
+          ...(own.reason && state !== 'fail_closed' ? { reason: own.reason } : {}),
+        };
+      }),
       fail_closed: s.failClosed.map((f) => ({ dp_rank: f.dpRank, reason: f.message })),
       subscribers: s.subscribers,
       grpc_subscribers: this.#grpc?.stats().subscribers ?? null,

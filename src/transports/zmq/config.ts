@@ -1,5 +1,5 @@
-import { invalidArg } from '../errors.js';
-import { camelKey } from '../options.js';
+import { invalidArg } from '../../errors.js';
+import { camelKey } from '../../options.js';
 
 /**
  * Publisher settings under the names of vLLM's `KVEventsConfig` (camelCase here; the snake_case

@@ -1,5 +1,5 @@
 import type { Metadata, ServerWritableStream } from '@grpc/grpc-js';
-import type { LoggedBatches } from '../indexer.js';
+import type { LoggedBatches } from '../../indexer.js';
 
 /** Batches read from the replay log per step of a catch-up. */
 const REPLAY_CHUNK = 64;

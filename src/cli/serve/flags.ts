@@ -1,0 +1,144 @@
+import { readFileSync } from 'node:fs';
+import type { ZmqFormat } from '../../indexer.js';
+import { checkSourceName, SOURCES } from '../../sources/registry.js';
+import { applyConfigFile, bad, grpcOf, SERVE_DEFAULTS, type ServeConfig } from './config.js';
+
+function int(name: string, v: string): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || v.trim() === '') bad(`--${name} is ${JSON.stringify(v)}: an integer`);
+  return n;
+}
+
+function num(name: string, v: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || v.trim() === '') bad(`--${name} is ${JSON.stringify(v)}: a number`);
+  return n;
+}
+
+function bool(name: string, v: string): boolean {
+  if (v === 'true' || v === '1') return true;
+  if (v === 'false' || v === '0') return false;
+  return bad(`--${name} is ${JSON.stringify(v)}: true or false`);
+}
+
+/** Flags of `kvplane serve`, each with how it lands in the config. */
+const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) => void }> = {
+  engine: {
+    help: `event source: ${Object.entries(SOURCES)
+      .map(([name, s]) => `${name} (${s.help})`)
+      .join(', ')}`,
+    apply: (c, v) => (c.engine = checkSourceName(v)),
+  },
+  config: { help: 'JSON config file (KVEventsConfig names, snake_case or camelCase)', apply: () => {} },
+  endpoint: { help: 'live ZMQ endpoint (default tcp://*:5557)', apply: (c, v) => (c.publisher.endpoint = v) },
+  'replay-endpoint': {
+    help: 'replay ROUTER endpoint, "none" to disable (default tcp://*:5558)',
+    apply: (c, v) => (c.publisher.replayEndpoint = v === 'none' ? null : v),
+  },
+  'buffer-steps': {
+    help: 'batches kept for replay (default 10000)',
+    apply: (c, v) => (c.publisher.bufferSteps = int('buffer-steps', v)),
+  },
+  hwm: { help: 'ZMQ send high-water mark (default 100000)', apply: (c, v) => (c.publisher.hwm = int('hwm', v)) },
+  'max-queue-size': {
+    help: 'events queued before drops (default 100000)',
+    apply: (c, v) => (c.publisher.maxQueueSize = int('max-queue-size', v)),
+  },
+  topic: { help: 'topic frame (default empty)', apply: (c, v) => (c.publisher.topic = v) },
+  'dp-rank': {
+    help: 'data-parallel rank: port offset and dp_rank of batches',
+    apply: (c, v) => (c.publisher.dataParallelRank = int('dp-rank', v)),
+  },
+  format: {
+    help: 'payload format: vllm (default), vllm_legacy, sglang',
+    apply: (c, v) => (c.publisher.format = v as ZmqFormat),
+  },
+  'replay-topic-frame': {
+    help: 'replay replies carry the topic frame (default true)',
+    apply: (c, v) => (c.publisher.replayTopicFrame = bool('replay-topic-frame', v)),
+  },
+  'block-size': {
+    help: 'tokens per KV block (default 16)',
+    apply: (c, v) => {
+      c.publisher.blockSize = int('block-size', v);
+      c.sim.blockSize = c.publisher.blockSize;
+    },
+  },
+  'http-host': {
+    help: 'HTTP host (default 127.0.0.1)',
+    apply: (c, v) => (c.http = { ...(c.http ?? { port: 5559 }), host: v }),
+  },
+  'http-port': {
+    help: 'HTTP port for /kv_recover, /healthz, /metrics; "none" to disable (default 5559)',
+    apply: (c, v) =>
+      (c.http = v === 'none' ? null : { ...(c.http ?? { host: '127.0.0.1' }), port: int('http-port', v) }),
+  },
+  'grpc-port': {
+    help: 'gRPC port for SubscribeKvEvents (SMG proto), e.g. 50051; "none" to disable (default none)',
+    apply: (c, v) => (c.grpc = v === 'none' ? null : { ...grpcOf(c), port: int('grpc-port', v) }),
+  },
+  'grpc-host': { help: 'gRPC host (default 0.0.0.0)', apply: (c, v) => (c.grpc = { ...grpcOf(c), host: v }) },
+  'grpc-max-lag': {
+    help: 'batches a gRPC subscriber may fall behind before RESOURCE_EXHAUSTED (default 1024)',
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), maxLagBatches: int('grpc-max-lag', v) }),
+  },
+  'grpc-tls-cert': {
+    help: 'PEM certificate chain: serve gRPC over TLS',
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), tlsCert: v }),
+  },
+  'grpc-tls-key': {
+    help: 'PEM private key for --grpc-tls-cert',
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), tlsKey: v }),
+  },
+  'grpc-tls-ca': {
+    help: 'PEM CA bundle: require client certificates it signed',
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), tlsCa: v }),
+  },
+  'auth-token-file': {
+    help: 'file holding a bearer token required on gRPC and HTTP (or set KVPLANE_AUTH_TOKEN)',
+    apply: (c, v) => (c.authTokenFile = v),
+  },
+  'sim-seed': { help: 'workload seed (default 1)', apply: (c, v) => (c.sim.seed = int('sim-seed', v)) },
+  'sim-rate': {
+    help: 'new conversations per second (default 20)',
+    apply: (c, v) => (c.sim.requestsPerSecond = num('sim-rate', v)),
+  },
+  'sim-blocks': {
+    help: 'KV blocks in the pool (default 16384)',
+    apply: (c, v) => (c.sim.numBlocks = int('sim-blocks', v)),
+  },
+  'sim-step-ms': { help: 'engine step in ms (default 20)', apply: (c, v) => (c.sim.stepMs = int('sim-step-ms', v)) },
+  duration: {
+    help: 'stop after this many seconds (default: run until SIGINT/SIGTERM)',
+    apply: (c, v) => (c.durationSeconds = num('duration', v)),
+  },
+  'status-interval': {
+    help: 'seconds between status updates (default 1)',
+    apply: (c, v) => (c.statusSeconds = num('status-interval', v)),
+  },
+};
+
+/** Builds the config from `argv` (after `serve`): defaults, then `--config`, then flags. */
+export function parseServeArgs(argv: readonly string[]): ServeConfig {
+  const c: ServeConfig = structuredClone(SERVE_DEFAULTS);
+  const flags: Array<[string, string]> = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (!arg.startsWith('--')) bad(`unexpected argument ${JSON.stringify(arg)}`);
+    const eq = arg.indexOf('=');
+    const name = eq > 0 ? arg.slice(2, eq) : arg.slice(2);
+    if (!(name in FLAGS)) bad(`unknown flag --${name} (see kvplane serve --help)`);
+    const value = eq > 0 ? arg.slice(eq + 1) : argv[++i];
+    if (value === undefined) bad(`--${name} needs a value`);
+    flags.push([name, value]);
+  }
+  const file = flags.find(([n]) => n === 'config');
+  if (file) applyConfigFile(c, JSON.parse(readFileSync(file[1], 'utf8')) as Record<string, unknown>);
+  for (const [name, value] of flags) FLAGS[name]?.apply(c, value);
+  return c;
+}
+
+export function serveHelp(): string {
+  const lines = Object.entries(FLAGS).map(([n, f]) => `  --${n.padEnd(20)} ${f.help}`);
+  return `Usage: kvplane serve --engine sim [flags]\n\nRuns an engine node: the simulated engine, the ZMQ publisher with replay, the HTTP recovery server and (with --grpc-port) gRPC SubscribeKvEvents.\n\n${lines.join('\n')}\n`;
+}

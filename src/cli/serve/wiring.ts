@@ -1,0 +1,91 @@
+import { readFileSync } from 'node:fs';
+import { KvEventPublisher } from '../../publisher.js';
+import { createSource } from '../../sources/registry.js';
+import type { EventSource } from '../../sources/source.js';
+import { type GrpcTlsOptions, KvGrpcServer } from '../../transports/grpc/server.js';
+import { KvHttpServer } from '../../transports/http/server.js';
+import { bad, type GrpcConfig, type ServeConfig } from './config.js';
+
+/** A running `serve`: the source, the publisher, the HTTP and gRPC servers. */
+export interface Serving {
+  publisher: KvEventPublisher;
+  http: KvHttpServer | null;
+  grpc: KvGrpcServer | null;
+  source: EventSource;
+  stop(): Promise<void>;
+}
+
+/** The bearer token: the file's first line, else `KVPLANE_AUTH_TOKEN`; none when neither is set. */
+function readAuthToken(file: string | null): string | undefined {
+  const token =
+    file !== null ? (readFileSync(file, 'utf8').split(/\r?\n/)[0] ?? '').trim() : process.env.KVPLANE_AUTH_TOKEN;
+  if (token === undefined || (file === null && token === '')) return undefined;
+  if (token === '') bad(`--auth-token-file ${file}: the file holds no token`);
+  return token;
+}
+
+function readTls(g: GrpcConfig): GrpcTlsOptions | undefined {
+  if (g.tlsCert === undefined && g.tlsKey === undefined) {
+    if (g.tlsCa !== undefined) bad('--grpc-tls-ca needs --grpc-tls-cert and --grpc-tls-key');
+    return undefined;
+  }
+  if (g.tlsCert === undefined || g.tlsKey === undefined) bad('--grpc-tls-cert and --grpc-tls-key go together');
+  return {
+    cert: readFileSync(g.tlsCert),
+    key: readFileSync(g.tlsKey),
+    ca: g.tlsCa === undefined ? undefined : readFileSync(g.tlsCa),
+  };
+}
+
+/** Starts the chosen source, the publisher (with replay) and the HTTP and gRPC servers. */
+export async function startServe(c: ServeConfig): Promise<Serving> {
+  const authToken = readAuthToken(c.authTokenFile);
+  const tls = c.grpc ? readTls(c.grpc) : undefined;
+  const source = createSource(c.engine, { blockSize: c.publisher.blockSize, sim: c.sim });
+  const publisher = await KvEventPublisher.create({ blockSize: c.sim.blockSize, ...c.publisher });
+  let http: KvHttpServer | null = null;
+  let grpc: KvGrpcServer | null = null;
+  try {
+    if (c.grpc) {
+      grpc = await KvGrpcServer.create({
+        stream: publisher.stream,
+        host: c.grpc.host,
+        port: c.grpc.port,
+        maxLagBatches: c.grpc.maxLagBatches,
+        authToken,
+        tls,
+      });
+    }
+    if (c.http) {
+      http = await KvHttpServer.create({
+        publisher,
+        ...c.http,
+        authToken,
+        grpc,
+        sources: [{ name: source.name, kind: source.kind, health: () => source.health() }],
+      });
+    }
+    await source.start(publisher.stream);
+  } catch (err) {
+    await grpc?.close();
+    await http?.close();
+    await publisher.close();
+    throw err;
+  }
+  let stopped: Promise<void> | undefined;
+  return {
+    publisher,
+    http,
+    grpc,
+    source,
+    stop() {
+      stopped ??= (async () => {
+        await source.stop();
+        await grpc?.close();
+        await http?.close();
+        await publisher.close();
+      })();
+      return stopped;
+    },
+  };
+}

@@ -1,0 +1,207 @@
+import { KvPlaneError } from './errors.js';
+import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from './events.js';
+import type { LocalIndexer, ZmqFormat } from './indexer.js';
+import { withDefaults } from './options.js';
+import { KvEventStream } from './stream/stream.js';
+import {
+  checkCount,
+  endpointForRank,
+  KV_EVENTS_DEFAULTS,
+  type KvEventsConfig,
+  shouldBind,
+} from './transports/zmq/config.js';
+import { ZmqTransport } from './transports/zmq/transport.js';
+
+export interface KvEventPublisherOptions extends KvEventsConfig {
+  /**
+   * The engine's DP rank: offsets the tcp ports of `endpoint` and `replayEndpoint` (inproc names
+   * get `_dp{rank}`) and is written as the batches' `dp_rank`. Default: none (`dp_rank` nil, worker rank 0).
+   */
+  dataParallelRank?: number | null;
+  /** Tokens per KV block, for the index's token queries. Default 16. */
+  blockSize?: number;
+  /** This node's worker id in the index. Default `0n`. */
+  workerId?: bigint;
+  /** Payload format. Default `'vllm'` (vLLM's current msgpack, byte-identical to msgspec). */
+  format?: ZmqFormat;
+  /** Replay replies carry the topic frame (vLLM ≥ 0.26, TensorRT-LLM). Default `true`; older vLLM and SGLang omit it. */
+  replayTopicFrame?: boolean;
+  /** How long a replay reply may wait on a full peer before that replay is abandoned. Default 30 s. */
+  replaySendTimeoutMs?: number;
+  /** Keep block tokens for tree dumps (`/kv_recover`). Default `true`. */
+  retainTokens?: boolean;
+  /** This incarnation's epoch. Default: random. */
+  epoch?: bigint;
+}
+
+export interface PublisherStats {
+  /** Events waiting in the publish queue. */
+  queued: number;
+  /** Events published (in batches on the wire). */
+  events: number;
+  batches: number;
+  lastSeq: bigint;
+  /** Drops by reason; `queue_full` events also show as skipped seqs. */
+  drops: { queue_full: number; send_failed: number };
+  /** Seqs skipped where the queue lost events. */
+  gaps: number;
+  /** Peers connected to the live socket. */
+  subscribers: number;
+  replay: { requests: number; malformed: number; abandoned: number; batchesSent: number };
+  /** Ranks whose source failed closed (unsupported layout), with the reason. */
+  failClosed: Array<{ dpRank: number; message: string }>;
+}
+
+/**
+ * An engine node's publisher, as vLLM's `ZmqEventPublisher` is configured: a `KvEventStream`
+ * (queue, index, replay log, seqs) with the ZMQ transport attached. Other transports (gRPC,
+ * HTTP) attach to `stream`. Seqs start at 1; a full queue drops, counts and skips a seq
+ * (docs/protocol.md#seqs-and-epochs).
+ */
+export class KvEventPublisher {
+  readonly stream: KvEventStream;
+  readonly #zmq: ZmqTransport;
+
+  private constructor(stream: KvEventStream, zmq: ZmqTransport) {
+    this.stream = stream;
+    this.#zmq = zmq;
+    stream.onClose(() => zmq.close());
+  }
+
+  static async create(options: KvEventPublisherOptions = {}): Promise<KvEventPublisher> {
+    const o = withDefaults<KvEventsConfig>(KV_EVENTS_DEFAULTS, options);
+    const rank = options.dataParallelRank ?? null;
+    checkCount('hwm', o.hwm, 2 ** 31 - 1);
+    if (typeof o.topic !== 'string') throw new KvPlaneError('ERR_INVALID_ARG', 'topic must be a string');
+    const endpoint = endpointForRank(o.endpoint, rank ?? 0);
+    const replayEndpoint = o.replayEndpoint ? endpointForRank(o.replayEndpoint, rank ?? 0) : null;
+    const stream = new KvEventStream({
+      dataParallelRank: rank,
+      blockSize: options.blockSize,
+      workerId: options.workerId,
+      retainTokens: options.retainTokens,
+      bufferSteps: o.bufferSteps,
+      epoch: options.epoch,
+      format: options.format,
+      maxQueueSize: o.maxQueueSize,
+    });
+    try {
+      const zmq = await ZmqTransport.create(stream, {
+        endpoint,
+        bind: shouldBind(endpoint),
+        replay:
+          replayEndpoint === null
+            ? null
+            : {
+                endpoint: replayEndpoint,
+                bind: shouldBind(replayEndpoint),
+                topicFrame: options.replayTopicFrame ?? true,
+                sendTimeoutMs: options.replaySendTimeoutMs ?? 30_000,
+              },
+        topic: o.topic,
+        hwm: o.hwm,
+      });
+      return new KvEventPublisher(stream, zmq);
+    } catch (err) {
+      await stream.close();
+      throw err;
+    }
+  }
+
+  /** The stream's `LocalIndexer` (index, replay log, recovery answers). */
+  get indexer(): LocalIndexer {
+    return this.stream.indexer;
+  }
+
+  /** The live endpoint (as bound, with the port the OS chose for `:*`). */
+  get endpoint(): string {
+    return this.#zmq.endpoint;
+  }
+
+  /** The replay endpoint, or `null` without replay. */
+  get replayEndpoint(): string | null {
+    return this.#zmq.replayEndpoint;
+  }
+
+  get epoch(): bigint {
+    return this.stream.epoch;
+  }
+
+  /** Events waiting in the publish queue (cheap: never waits on a drain in progress). */
+  get queued(): number {
+    return this.stream.queued;
+  }
+
+  get dataParallelRank(): number | null {
+    return this.stream.dataParallelRank;
+  }
+
+  /** Enqueues events; returns how many were accepted (the rest were dropped and counted). */
+  publish(events: readonly KvEvent[]): number {
+    this.#open();
+    return this.stream.publish(events);
+  }
+
+  /** Enqueues events given as columns (the bulk path); returns how many were accepted. */
+  publishColumns(columns: EventColumns): number {
+    this.#open();
+    return this.stream.publishColumns(columns);
+  }
+
+  stored(event: Omit<StoredEvent, 'type'>): number {
+    return this.publish([{ type: 'stored', ...event }]);
+  }
+
+  removed(event: Omit<RemovedEvent, 'type'>): number {
+    return this.publish([{ type: 'removed', ...event }]);
+  }
+
+  cleared(): number {
+    return this.publish([{ type: 'cleared' }]);
+  }
+
+  /** Ranks whose source failed closed (unsupported layout), with the reason; empty when healthy. */
+  get failClosed(): ReadonlyArray<{ dpRank: number; message: string }> {
+    return this.stream.failClosed;
+  }
+
+  /** Publishes everything queued and resolves once it is on the socket. */
+  async flush(): Promise<void> {
+    await this.stream.flush();
+    await this.#zmq.flushed();
+  }
+
+  stats(): PublisherStats {
+    const s = this.stream.stats();
+    return {
+      queued: s.queued,
+      events: s.events,
+      batches: s.batches,
+      lastSeq: s.lastSeq,
+      drops: { queue_full: s.queueFull, send_failed: this.#zmq.sendFailed },
+      gaps: s.gaps,
+      subscribers: this.#zmq.subscribers,
+      replay: this.#zmq.replayCounters,
+      failClosed: [...this.stream.failClosed],
+    };
+  }
+
+  get closed(): boolean {
+    return this.stream.closed;
+  }
+
+  /** Publishes what is queued, then closes the sockets and the index. */
+  async close(): Promise<void> {
+    if (this.stream.closed) return;
+    await this.flush();
+    await this.stream.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #open(): void {
+    if (this.stream.closed) throw new KvPlaneError('ERR_CLOSED', 'the KvEventPublisher is closed');
+  }
+}

@@ -1,0 +1,33 @@
+import type { KvEvent } from '../events.js';
+
+/** Where a source sends its events: a `KvEventStream` or a `KvEventPublisher`. */
+export interface EventSink {
+  publish(events: readonly KvEvent[]): number;
+}
+
+/** A source's own view of whether it is delivering. */
+export interface SourceHealth {
+  /** `ok`, or what is wrong (e.g. `disconnected`). */
+  state: string;
+  /** Why, when not `ok`. */
+  reason?: string;
+}
+
+/**
+ * An engine's event source (docs/architecture.md#a-new-source): turns its engine's output into
+ * normalized events and hands them to a sink. `kvplane serve --engine NAME` picks one from the
+ * registry.
+ */
+export interface EventSource {
+  /** The registry name (`sim`, ...). */
+  readonly name: string;
+  /** What kind of input it is, as `/healthz` lists it. */
+  readonly kind: string;
+  /** Starts delivering events into `sink`. */
+  start(sink: EventSink): Promise<void>;
+  /** Stops delivering; resolves once no more events will arrive. */
+  stop(): Promise<void>;
+  /** The source's own counters. */
+  stats(): Record<string, unknown>;
+  health(): SourceHealth;
+}

@@ -1,0 +1,202 @@
+import type { EncodeFormat } from '../codec.js';
+import { KvPlaneError } from '../errors.js';
+import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from '../events.js';
+import { LocalIndexer, type ZmqFormat } from '../indexer.js';
+import type native from '../native.js';
+import { type BatchConsumer, batchesIn } from './batches.js';
+import { DrainScheduler } from './drain.js';
+import { EventQueue } from './queue.js';
+
+export interface KvEventStreamOptions {
+  /** The engine's DP rank, written as the batches' `dp_rank`. Default: none (`dp_rank` nil, worker rank 0). */
+  dataParallelRank?: number | null;
+  /** Tokens per KV block, for the index's token queries. Default 16. */
+  blockSize?: number;
+  /** This node's worker id in the index. Default `0n`. */
+  workerId?: bigint;
+  /** The log's format: what replay serves and the ZMQ stream carries. Default `'vllm'`. */
+  format?: ZmqFormat;
+  /** Keep block tokens for tree dumps (`/kv_recover`). Default `true`. */
+  retainTokens?: boolean;
+  /** This incarnation's epoch. Default: random. */
+  epoch?: bigint;
+  /** Batches the replay log keeps. Default: the LocalIndexer's. */
+  bufferSteps?: number;
+  /** Events the publish queue holds before it drops. Default: the queue's. */
+  maxQueueSize?: number;
+}
+
+export interface StreamStats {
+  /** Events waiting in the publish queue. */
+  queued: number;
+  /** Events published (in batches). */
+  events: number;
+  batches: number;
+  lastSeq: bigint;
+  /** Events the full queue dropped; they also show as skipped seqs. */
+  queueFull: number;
+  /** Seqs skipped where the queue lost events. */
+  gaps: number;
+}
+
+interface Consumer {
+  format: EncodeFormat;
+  fn: BatchConsumer;
+}
+
+/**
+ * One numbered KV event stream (docs/architecture.md#data-flow): `publish()` enqueues and returns
+ * at once; each drain cycle, off the JS thread, applies up to 1024 events per batch to the
+ * `LocalIndexer`, encodes each batch once per format consumed, logs it under the next seq, and
+ * hands the encoded batches to the consumers in seq order. The stream knows no transport:
+ * transports `consume()` the format they send.
+ */
+export class KvEventStream {
+  readonly indexer: LocalIndexer;
+  readonly logFormat: ZmqFormat;
+  readonly dataParallelRank: number | null;
+  readonly #queue: EventQueue;
+  readonly #drain: DrainScheduler;
+  readonly #consumers: Consumer[] = [];
+  readonly #onClose: Array<() => Promise<void> | void> = [];
+  readonly #failClosed = new Map<number, string>();
+  #closed = false;
+  #events = 0;
+  #batches = 0;
+  #gaps = 0;
+
+  constructor(options: KvEventStreamOptions = {}) {
+    this.dataParallelRank = options.dataParallelRank ?? null;
+    this.logFormat = options.format ?? 'vllm';
+    this.indexer = new LocalIndexer({
+      blockSize: options.blockSize ?? 16,
+      workerId: options.workerId,
+      retainTokens: options.retainTokens,
+      bufferSteps: options.bufferSteps,
+      epoch: options.epoch,
+      logFormat: options.format,
+    });
+    try {
+      this.#queue = new EventQueue(options.maxQueueSize ?? 100_000);
+    } catch (err) {
+      this.indexer.close();
+      throw err;
+    }
+    this.#drain = new DrainScheduler(this.indexer, this.#queue, this.dataParallelRank, (out) => this.#published(out));
+  }
+
+  get epoch(): bigint {
+    return this.indexer.epoch;
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Events waiting in the publish queue (cheap: never waits on a drain in progress). */
+  get queued(): number {
+    return this.#closed ? 0 : this.#queue.length;
+  }
+
+  /** Enqueues events; returns how many were accepted (the rest were dropped and counted). */
+  publish(events: readonly KvEvent[]): number {
+    this.#open();
+    const n = this.#queue.push(events);
+    this.#drain.schedule();
+    return n;
+  }
+
+  /** Enqueues events given as columns (the bulk path); returns how many were accepted. */
+  publishColumns(columns: EventColumns): number {
+    this.#open();
+    const n = this.#queue.pushColumns(columns);
+    this.#drain.schedule();
+    return n;
+  }
+
+  stored(event: Omit<StoredEvent, 'type'>): number {
+    return this.publish([{ type: 'stored', ...event }]);
+  }
+
+  removed(event: Omit<RemovedEvent, 'type'>): number {
+    return this.publish([{ type: 'removed', ...event }]);
+  }
+
+  cleared(): number {
+    return this.publish([{ type: 'cleared' }]);
+  }
+
+  /**
+   * Calls `fn` with every batch published from now on, encoded in `format` (once per batch, for
+   * all consumers of that format), in seq order; returns a function that stops it. Consumers are
+   * called in the order they subscribed.
+   */
+  consume(format: EncodeFormat, fn: BatchConsumer): () => void {
+    this.#open();
+    const consumer = { format, fn };
+    this.#consumers.push(consumer);
+    this.indexer.setFormat(format, true);
+    return () => {
+      const i = this.#consumers.indexOf(consumer);
+      if (i < 0) return;
+      this.#consumers.splice(i, 1);
+      if (!this.#closed && !this.#consumers.some((c) => c.format === format)) this.indexer.setFormat(format, false);
+    };
+  }
+
+  /** Runs `fn` when the stream closes, after its last batch and before the index closes. */
+  onClose(fn: () => Promise<void> | void): void {
+    this.#onClose.push(fn);
+  }
+
+  /** Ranks whose source failed closed (unsupported layout), with the reason; empty when healthy. */
+  get failClosed(): ReadonlyArray<{ dpRank: number; message: string }> {
+    return [...this.#failClosed].map(([dpRank, message]) => ({ dpRank, message }));
+  }
+
+  /** Resolves once everything queued has been published and handed to the consumers. */
+  async flush(): Promise<void> {
+    await this.#drain.idle();
+  }
+
+  stats(): StreamStats {
+    return {
+      queued: this.queued,
+      events: this.#events,
+      batches: this.#batches,
+      lastSeq: this.#closed ? 0n : this.indexer.lastSeq,
+      queueFull: this.#queue.dropped,
+      gaps: this.#gaps,
+    };
+  }
+
+  /** Publishes what is queued, runs the close hooks (transports), then closes the index. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    await this.flush();
+    this.#closed = true;
+    this.#drain.stop();
+    for (const fn of this.#onClose) await fn();
+    this.indexer.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  #open(): void {
+    if (this.#closed) throw new KvPlaneError('ERR_CLOSED', 'the KvEventStream is closed');
+  }
+
+  #published(out: native.PublishedOut): void {
+    this.#events += out.events;
+    this.#batches += out.seqs.length;
+    this.#gaps += out.gaps;
+    // Events that failed closed (ERR_UNSUPPORTED_LAYOUT) went out as a clear of the rank.
+    for (const e of out.errors) this.#failClosed.set(this.dataParallelRank ?? 0, e.message);
+    for (const c of this.#consumers) {
+      const batches = batchesIn(out, c.format);
+      if (batches) c.fn(batches);
+    }
+  }
+}

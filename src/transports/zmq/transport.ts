@@ -1,0 +1,123 @@
+import { Publisher } from 'zeromq';
+import { KvPlaneError } from '../../errors.js';
+import type { KvEventStream } from '../../stream/stream.js';
+import { type ReplayCounters, ReplayServer } from './replay.js';
+import { SocketWriter, seqFrame } from './writer.js';
+
+export interface ZmqTransportOptions {
+  /** Live endpoint, already offset for the DP rank. */
+  endpoint: string;
+  /** Bind (else connect) the live endpoint. */
+  bind: boolean;
+  /** Replay ROUTER endpoint, already offset for the DP rank; `null` for no replay. */
+  replay: { endpoint: string; bind: boolean; topicFrame: boolean; sendTimeoutMs: number } | null;
+  topic: string;
+  /** Send high-water mark of both sockets, in messages. */
+  hwm: number;
+}
+
+/**
+ * vLLM's ZMQ transport (docs/protocol.md#vllm-and-sglang-zmq-stream): sends every batch of the
+ * stream's log format as `[topic, seq (u64 BE), payload]` on a PUB socket, and serves replay
+ * from the log on a ROUTER (docs/protocol.md#zmq-replay).
+ */
+export class ZmqTransport {
+  readonly #pub: Publisher;
+  readonly #writer: SocketWriter;
+  readonly #replay: ReplayServer | null;
+  readonly #endpoint: string;
+  readonly #bind: boolean;
+  #sendFailed = 0;
+  #subscribers = 0;
+
+  private constructor(stream: KvEventStream, pub: Publisher, replay: ReplayServer | null, opts: ZmqTransportOptions) {
+    this.#pub = pub;
+    this.#replay = replay;
+    this.#endpoint = opts.endpoint;
+    this.#bind = opts.bind;
+    this.#writer = new SocketWriter(pub, () => {
+      this.#sendFailed++;
+    });
+    const topic = Buffer.from(opts.topic, 'utf8');
+    stream.consume(stream.logFormat, ({ seqs, payloads }) => {
+      for (let i = 0; i < seqs.length; i++) {
+        this.#writer.push([topic, seqFrame(seqs[i] as bigint), payloads[i] as Buffer]);
+      }
+    });
+    void this.#watch();
+  }
+
+  /** Opens the sockets; the stream's batches go out from then on. */
+  static async create(stream: KvEventStream, opts: ZmqTransportOptions): Promise<ZmqTransport> {
+    const pub = new Publisher({ sendHighWaterMark: opts.hwm, linger: 0 });
+    let replay: ReplayServer | null = null;
+    try {
+      if (opts.bind) await pub.bind(opts.endpoint);
+      else pub.connect(opts.endpoint);
+      if (opts.replay !== null) {
+        replay = await ReplayServer.create({
+          endpoint: opts.replay.endpoint,
+          bind: opts.replay.bind,
+          indexer: stream.indexer,
+          topic: Buffer.from(opts.topic, 'utf8'),
+          topicFrame: opts.replay.topicFrame,
+          sendTimeoutMs: opts.replay.sendTimeoutMs,
+          hwm: opts.hwm,
+        });
+      }
+      return new ZmqTransport(stream, pub, replay, opts);
+    } catch (err) {
+      pub.close();
+      await replay?.close();
+      throw new KvPlaneError('ERR_INVALID_ARG', `cannot open ${opts.endpoint}: ${(err as Error).message}`, {
+        cause: err,
+      });
+    }
+  }
+
+  /** The live endpoint (as bound, with the port the OS chose for `:*`). */
+  get endpoint(): string {
+    return this.#bind ? (this.#pub.lastEndpoint ?? this.#endpoint) : this.#endpoint;
+  }
+
+  /** The replay endpoint, or `null` without replay. */
+  get replayEndpoint(): string | null {
+    return this.#replay?.endpoint ?? null;
+  }
+
+  /** Peers connected to the live socket. */
+  get subscribers(): number {
+    return this.#subscribers;
+  }
+
+  /** Live sends that failed (each one a lost batch for the peers). */
+  get sendFailed(): number {
+    return this.#sendFailed;
+  }
+
+  get replayCounters(): ReplayCounters {
+    return { ...(this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, batchesSent: 0 }) };
+  }
+
+  /** Resolves once every batch handed to the socket is sent. */
+  flushed(): Promise<void> {
+    return this.#writer.flushed();
+  }
+
+  async close(): Promise<void> {
+    await this.#replay?.close();
+    this.#pub.close();
+  }
+
+  async #watch(): Promise<void> {
+    try {
+      for await (const ev of this.#pub.events) {
+        if (ev.type === 'accept' || ev.type === 'connect') this.#subscribers++;
+        else if (ev.type === 'disconnect') this.#subscribers = Math.max(0, this.#subscribers - 1);
+        else if (ev.type === 'end') break;
+      }
+    } catch {
+      // The socket closed.
+    }
+  }
+}
