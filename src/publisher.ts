@@ -138,26 +138,24 @@ export class KvEventPublisher {
 
   /** Enqueues events; returns how many were accepted (the rest were dropped and counted). */
   publish(events: readonly KvEvent[]): number {
-    this.#open();
-    return this.stream.publish(events);
+    return this.#open().publish(events);
   }
 
   /** Enqueues events given as columns (the bulk path); returns how many were accepted. */
   publishColumns(columns: EventColumns): number {
-    this.#open();
-    return this.stream.publishColumns(columns);
+    return this.#open().publishColumns(columns);
   }
 
   stored(event: Omit<StoredEvent, 'type'>): number {
-    return this.publish([{ type: 'stored', ...event }]);
+    return this.#open().stored(event);
   }
 
   removed(event: Omit<RemovedEvent, 'type'>): number {
-    return this.publish([{ type: 'removed', ...event }]);
+    return this.#open().removed(event);
   }
 
   cleared(): number {
-    return this.publish([{ type: 'cleared' }]);
+    return this.#open().cleared();
   }
 
   /** Ranks whose source failed closed (unsupported layout), with the reason; empty when healthy. */
@@ -201,7 +199,9 @@ export class KvEventPublisher {
     await this.close();
   }
 
-  #open(): void {
+  /** The stream, while the publisher is open. */
+  #open(): KvEventStream {
     if (this.stream.closed) throw new KvPlaneError('ERR_CLOSED', 'the KvEventPublisher is closed');
+    return this.stream;
   }
 }
