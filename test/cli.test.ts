@@ -108,7 +108,41 @@ describe('kvplane serve --engine sim', () => {
     }
     const unknown = spawnSync(process.execPath, [CLI, 'serve', '--engine', 'nope'], { encoding: 'utf8' });
     expect(unknown.stderr).toMatch(/--engine nope: unknown engine; known: sim/);
+    const config = join(tmpdir(), `kvplane-serve-engine-${process.pid}.json`);
+    writeFileSync(config, JSON.stringify({ engine: 'nope' }));
+    const fromFile = spawnSync(process.execPath, [CLI, 'serve', '--config', config], { encoding: 'utf8' });
+    expect(fromFile.status).toBe(2);
+    expect(fromFile.stderr).toMatch(/unknown engine; known: sim/);
     const help = spawnSync(process.execPath, [CLI, 'serve', '--help'], { encoding: 'utf8' });
     expect(help.stdout).toMatch(/--replay-endpoint/);
+    expect(help.stdout).toMatch(/--engine\s+event source: sim \(/);
+  });
+
+  it('runs the default engine (sim) without --engine and stops after --duration with its stats', () => {
+    const r = spawnSync(
+      process.execPath,
+      [CLI, 'serve', '--endpoint', 'tcp://127.0.0.1:*', '--replay-endpoint', 'none', '--http-port', 'none'].concat([
+        '--sim-rate',
+        '500',
+        '--duration',
+        '0.5',
+        '--status-interval',
+        '10',
+      ]),
+      { encoding: 'utf8', timeout: 15_000 },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    const lines = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.find((l) => l.msg === 'serving')?.engine).toBe('sim');
+    const stopped = lines.find((l) => l.msg === 'stopped') as {
+      events: number;
+      sim: { steps: number; requests: number };
+    };
+    expect(stopped.sim.steps).toBeGreaterThan(0);
+    expect(stopped.sim.requests).toBeGreaterThan(0);
+    expect(stopped.events).toBeGreaterThan(0);
   });
 });

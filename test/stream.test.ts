@@ -1,5 +1,18 @@
+import { type ClientReadableStream, credentials, type Metadata, makeGenericClientConstructor } from '@grpc/grpc-js';
 import { describe, expect, it } from 'vitest';
-import { decodeBatch, type EncodedBatches, KvEventStream } from '../src/index.js';
+import {
+  decodeBatch,
+  type EncodedBatches,
+  encodeSubscribeRequest,
+  KvEventStream,
+  KvGrpcServer,
+  subscribeDefinition,
+} from '../src/index.js';
+
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
+  expect(cond()).toBe(true);
+}
 
 const BS = 4;
 
@@ -85,5 +98,37 @@ describe('KvEventStream', () => {
     expect(s.closed).toBe(true);
     expect(() => s.cleared()).toThrow(expect.objectContaining({ code: 'ERR_CLOSED' }));
     expect(() => s.consume('vllm', () => {})).toThrow(expect.objectContaining({ code: 'ERR_CLOSED' }));
+  });
+
+  it('serves a bare stream (no ZMQ) to a gRPC subscriber on loopback: replay from seq 1, then live', async () => {
+    const s = new KvEventStream({ blockSize: BS });
+    const log: Buffer[] = [];
+    s.consume('vllm', (b) => log.push(...b.payloads));
+    s.publish([stored(1, 2)]);
+    await s.flush();
+    const grpc = await KvGrpcServer.create({ stream: s, host: '127.0.0.1' });
+    const Client = makeGenericClientConstructor(subscribeDefinition('vllm.grpc.engine.VllmEngine'), 'kv');
+    const client = new Client(`127.0.0.1:${grpc.port}`, credentials.createInsecure());
+    const got: Buffer[] = [];
+    const call = (
+      client as unknown as Record<string, (r: Buffer, m?: Metadata) => ClientReadableStream<Buffer>>
+    ).SubscribeKvEvents?.(encodeSubscribeRequest(1n)) as ClientReadableStream<Buffer>;
+    call.on('data', (b: Buffer) => got.push(b));
+    call.on('error', () => {});
+    try {
+      await until(() => got.length === 1);
+      s.publish([stored(50, 1)]);
+      await s.flush();
+      await until(() => got.length === 2);
+      const batches = got.map((b) => decodeBatch(b, 'smg_proto'));
+      expect(batches.map((b) => b.seq)).toEqual([1n, 2n]);
+      expect(batches[1]?.events).toEqual(decodeBatch(log[1] as Buffer, 'vllm').events);
+      expect(grpc.stats().subscribes.replay).toBe(1);
+    } finally {
+      call.cancel();
+      client.close();
+      await grpc.close();
+      await s.close();
+    }
   });
 });

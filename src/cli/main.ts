@@ -102,7 +102,7 @@ async function serve(argv: string[]): Promise<void> {
     last_seq: p.lastSeq,
     events: p.events,
     batches: p.batches,
-    source: s.source.stats(),
+    [config.engine]: s.source.stats(),
   });
 }
 
