@@ -1,5 +1,9 @@
 //! The normalized event model (SPEC §2): every codec maps to and from these types.
 
+mod view;
+
+pub use view::{EventRef, RemovedView, StoredView};
+
 use crate::codec::value::Value;
 use crate::error::{ErrorCode, KvError, KvResult};
 
