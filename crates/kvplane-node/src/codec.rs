@@ -17,7 +17,7 @@ pub struct DecodedOut {
 }
 
 /// Decodes a payload; a stored event that cannot be indexed losslessly is
-/// `ERR_UNSUPPORTED_LAYOUT` (SPEC §3.1).
+/// `ERR_UNSUPPORTED_LAYOUT` (docs/protocol.md#fail-closed-layouts).
 #[napi]
 pub fn decode_batches(bytes: Buffer, dialect: String) -> Result<DecodedOut, Code> {
   guard_js(|| {

@@ -1,4 +1,5 @@
-//! Wire codecs (SPEC §3): every engine dialect decodes into the normalized model of SPEC §2, and
+//! Wire codecs (docs/protocol.md#formats-at-a-glance): every engine dialect decodes into the
+//! normalized model of docs/protocol.md#events, and
 //! batches encode once into the formats kvplane publishes.
 
 pub mod json;
@@ -124,9 +125,9 @@ pub fn decode(bytes: &[u8], dialect: Dialect) -> KvResult<Decoded> {
   }
 }
 
-/// The layout check of SPEC §3.1 over decoded batches: the first stored event whose tokens do not
-/// split into `block_size` x hashes is `ERR_UNSUPPORTED_LAYOUT`, naming the batch's rank and the
-/// event.
+/// The layout check (docs/protocol.md#fail-closed-layouts) over decoded batches: the first stored
+/// event whose tokens do not split into `block_size` x hashes is `ERR_UNSUPPORTED_LAYOUT`, naming
+/// the batch's rank and the event.
 pub fn check_layout(batches: &[Batch]) -> KvResult<()> {
   for b in batches {
     for (i, e) in b.events.iter().enumerate() {
@@ -142,7 +143,8 @@ pub fn check_layout(batches: &[Batch]) -> KvResult<()> {
   Ok(())
 }
 
-/// Encodes a batch once (SPEC §6: the same bytes go to every subscriber): `encode_events` of
+/// Encodes a batch once (docs/protocol.md#seqs-and-epochs: the same bytes go to every
+/// subscriber): `encode_events` of
 /// its events.
 pub fn encode(b: &Batch, format: Format) -> Vec<u8> {
   let events: Vec<EventRef<'_>> = b.events.iter().map(EventRef::of).collect();

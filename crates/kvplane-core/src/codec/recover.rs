@@ -1,4 +1,4 @@
-//! `/kv_recover` answers (SPEC §3.4) as JSON or msgpack, externally tagged:
+//! `/kv_recover` answers (docs/protocol.md#http-kv_recover) as JSON or msgpack, externally tagged:
 //!
 //! ```text
 //! {"Events":       {"batches": [{"seq", "ts", "dp_rank", "events": [...]}], "last_seq", "epoch"}}
