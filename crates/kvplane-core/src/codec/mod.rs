@@ -12,7 +12,7 @@ pub mod value;
 pub mod zmq_msgpack;
 
 use crate::error::{KvError, KvResult};
-use crate::event::{Batch, EventRef, KvEvent};
+use crate::event::{Batch, EventRef, EventRefs, KvEvent};
 
 /// What bytes to expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,11 +144,10 @@ pub fn check_layout(batches: &[Batch]) -> KvResult<()> {
 }
 
 /// Encodes a batch once (docs/protocol.md#seqs-and-epochs: the same bytes go to every
-/// subscriber): `encode_events` of
-/// its events.
+/// subscriber): `encode_events` of its events, each viewed as it is written.
 pub fn encode(b: &Batch, format: Format) -> Vec<u8> {
-  let events: Vec<EventRef<'_>> = b.events.iter().map(EventRef::of).collect();
-  encode_events(b.seq, b.ts, &events, b.dp_rank, format)
+  let events = b.events.iter().map(EventRef::of);
+  encode_with(b.seq, b.ts, events, b.dp_rank, format, batch_size_hint(b))
 }
 
 /// Encodes events as batch `seq` in `format`: the one encoder of every format. The ZMQ formats
@@ -162,18 +161,30 @@ pub fn encode_events(
   format: Format,
 ) -> Vec<u8> {
   let hint = size_hint(events);
+  encode_with(seq, ts, events.iter().copied(), dp_rank, format, hint)
+}
+
+/// `encode_events` into a buffer of `capacity` bytes.
+fn encode_with<'a>(
+  seq: u64,
+  ts: f64,
+  events: impl EventRefs<'a>,
+  dp_rank: Option<i32>,
+  format: Format,
+  capacity: usize,
+) -> Vec<u8> {
   match format {
-    Format::Vllm => msgpack_with(hint, |w| {
+    Format::Vllm => msgpack_with(capacity, |w| {
       zmq_msgpack::vllm::encode_batch(ts, events, dp_rank, w)
     }),
-    Format::VllmLegacy => msgpack_with(hint, |w| {
+    Format::VllmLegacy => msgpack_with(capacity, |w| {
       zmq_msgpack::legacy::encode_batch(ts, events, dp_rank, w)
     }),
-    Format::Sglang => msgpack_with(hint, |w| {
+    Format::Sglang => msgpack_with(capacity, |w| {
       zmq_msgpack::sglang::encode_batch(ts, events, dp_rank, w)
     }),
     Format::SmgProto => {
-      let mut out = Vec::with_capacity(hint);
+      let mut out = Vec::with_capacity(capacity);
       smg::encode_batch(seq, ts, dp_rank, events, &mut out);
       out
     }
@@ -186,6 +197,19 @@ fn msgpack_with(capacity: usize, f: impl FnOnce(&mut msgpack::Writer)) -> Vec<u8
   w.into_inner()
 }
 
+/// Bytes to reserve for encoding a whole batch.
+fn batch_size_hint(b: &Batch) -> usize {
+  b.events
+    .iter()
+    .map(|e| match e {
+      KvEvent::Stored(s) => 160 + s.block_hashes.len() * 12 + s.token_ids.len() * 3,
+      KvEvent::Removed(r) => 48 + r.block_hashes.len() * 10,
+      _ => 24,
+    })
+    .sum::<usize>()
+    + 32
+}
+
 /// Bytes to reserve for encoding `events`.
 fn size_hint(events: &[EventRef<'_>]) -> usize {
   events
@@ -193,7 +217,8 @@ fn size_hint(events: &[EventRef<'_>]) -> usize {
     .map(|e| match e {
       EventRef::Stored(s) => 160 + s.block_hashes.len() * 9 + s.token_ids.len() * 5,
       EventRef::Removed(r) => 48 + r.block_hashes.len() * 9,
-      _ => 24,
+      EventRef::Cleared => 24,
+      _ => 0,
     })
     .sum::<usize>()
     + 32

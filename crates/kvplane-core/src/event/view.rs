@@ -37,6 +37,13 @@ pub enum EventRef<'a> {
   Created(&'a CreatedEvent),
 }
 
+/// Events as the encoders take them: `EventRef`s from a slice (`refs.iter().copied()`), or
+/// viewed from whole events as they are written (`events.iter().map(EventRef::of)`, no list of
+/// views built first). Iterated twice: the published events are counted first.
+pub trait EventRefs<'a>: Iterator<Item = EventRef<'a>> + Clone {}
+
+impl<'a, I: Iterator<Item = EventRef<'a>> + Clone> EventRefs<'a> for I {}
+
 /// A stored event, borrowed.
 #[derive(Debug, Clone, Copy)]
 pub struct StoredView<'a> {

@@ -6,17 +6,17 @@ use crate::codec::protobuf::{
   put_varint, I64, VARINT,
 };
 use crate::codec::value::Value;
-use crate::event::{EventRef, RemovedView, StoredView};
+use crate::event::{EventRef, EventRefs, RemovedView, StoredView};
 
 /// Encodes batch `seq` of `events`. Stored events become one `KvBlock` per hash with its
 /// `block_size` tokens (an event whose tokens do not split that way carries its blocks without
 /// tokens); `updated`/`created` have no proto form and are left out. An event's `event_id` is
 /// `(seq << 32) | index` (vLLM's convention), so a batch re-encodes to the same bytes.
-pub fn encode_batch(
+pub fn encode_batch<'a>(
   seq: u64,
   ts: f64,
   dp_rank: Option<i32>,
-  events: &[EventRef<'_>],
+  events: impl EventRefs<'a>,
   out: &mut Vec<u8>,
 ) {
   if seq != 0 {
@@ -28,9 +28,9 @@ pub fn encode_batch(
     out.extend_from_slice(&ts.to_le_bytes());
   }
   let first_id = (seq & 0xffff_ffff) << 32;
-  let published = events.iter().filter(|e| e.is_published());
+  let published = events.filter(|e| e.is_published());
   for (event_id, e) in (first_id..).zip(published) {
-    put_len_delimited(out, BATCH_EVENTS, |out| encode_event(e, event_id, out));
+    put_len_delimited(out, BATCH_EVENTS, |out| encode_event(&e, event_id, out));
   }
   if let Some(r) = dp_rank {
     put_key(out, BATCH_DP_RANK, VARINT);

@@ -47,10 +47,10 @@ fn long_fields_get_multi_byte_length_prefixes_and_columns_encode_as_events_do() 
       dp_rank: Some(2),
       events: refs.iter().map(EventRef::to_event).collect(),
     };
-    let owned: Vec<EventRef<'_>> = batch.events.iter().map(EventRef::of).collect();
+    let owned = batch.events.iter().map(EventRef::of);
     let (mut by_events, mut by_refs) = (Vec::new(), Vec::new());
-    encode_batch(batch.seq, batch.ts, batch.dp_rank, &owned, &mut by_events);
-    encode_batch(9, 1.5, Some(2), &refs, &mut by_refs);
+    encode_batch(batch.seq, batch.ts, batch.dp_rank, owned, &mut by_events);
+    encode_batch(9, 1.5, Some(2), refs.iter().copied(), &mut by_refs);
     assert_eq!(by_refs, by_events, "{blocks} blocks");
     let back = decode_batch(&by_refs).unwrap().batch;
     assert_eq!((back.seq, back.dp_rank), (9, Some(2)));

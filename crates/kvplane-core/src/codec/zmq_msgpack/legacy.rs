@@ -8,7 +8,9 @@ use super::decode::{
 use super::{block_hash_bytes, frame, hashes_unsigned, opt_i64, parent_unsigned};
 use crate::codec::msgpack::{decode_error, Kind, Reader, Writer};
 use crate::error::KvResult;
-use crate::event::{EventRef, KvEvent, RemovedEvent, RemovedView, StoredEvent, StoredView};
+use crate::event::{
+  EventRef, EventRefs, KvEvent, RemovedEvent, RemovedView, StoredEvent, StoredView,
+};
 
 /// Slots of a legacy `BlockStored` array after the tag, in order.
 const LEGACY_STORED_MIN_SLOTS: usize = 5;
@@ -106,7 +108,7 @@ pub(super) fn decode_event(r: &mut Reader<'_>) -> KvResult<Option<KvEvent>> {
 }
 
 /// Encodes a batch payload `[ts, events, dp_rank]` in the last legacy generation.
-pub fn encode_batch(ts: f64, events: &[EventRef<'_>], dp_rank: Option<i32>, w: &mut Writer) {
+pub fn encode_batch<'a>(ts: f64, events: impl EventRefs<'a>, dp_rank: Option<i32>, w: &mut Writer) {
   frame(ts, events, dp_rank, w, encode_event);
 }
 

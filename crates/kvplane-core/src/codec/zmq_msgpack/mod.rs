@@ -18,22 +18,22 @@ pub mod vllm;
 pub use decode::{decode_batch, DecodedBatch};
 
 use crate::codec::msgpack::Writer;
-use crate::event::{EventRef, StoredView};
+use crate::event::{EventRef, EventRefs, StoredView};
 
 /// Writes a batch payload `[ts, [events...], dp_rank]`, each published event by `event`
 /// (`updated`/`created` have no form in these structs and are left out).
-fn frame(
+fn frame<'a>(
   ts: f64,
-  events: &[EventRef<'_>],
+  events: impl EventRefs<'a>,
   dp_rank: Option<i32>,
   w: &mut Writer,
   mut event: impl FnMut(&EventRef<'_>, &mut Writer),
 ) {
   w.array_len(3);
   w.f64(ts);
-  w.array_len(events.iter().filter(|e| e.is_published()).count());
+  w.array_len(events.clone().filter(|e| e.is_published()).count());
   for e in events {
-    event(e, w);
+    event(&e, w);
   }
   match dp_rank {
     Some(r) => w.int(r as i64),

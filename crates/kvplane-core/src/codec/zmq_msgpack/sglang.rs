@@ -2,14 +2,14 @@
 
 use super::{frame, opt_i64};
 use crate::codec::msgpack::Writer;
-use crate::event::{EventRef, RemovedView, StoredView};
+use crate::event::{EventRef, EventRefs, RemovedView, StoredView};
 
 /// Declared fields of SGLang's `BlockStored` / `BlockRemoved`, plus the tag.
 const SGLANG_STORED_DECLARED: usize = 9 + 1;
 const SGLANG_REMOVED_DECLARED: usize = 2 + 1;
 
 /// Encodes a batch payload `[ts, events, dp_rank]` as msgspec does.
-pub fn encode_batch(ts: f64, events: &[EventRef<'_>], dp_rank: Option<i32>, w: &mut Writer) {
+pub fn encode_batch<'a>(ts: f64, events: impl EventRefs<'a>, dp_rank: Option<i32>, w: &mut Writer) {
   frame(ts, events, dp_rank, w, encode_event);
 }
 

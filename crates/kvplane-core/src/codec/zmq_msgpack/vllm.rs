@@ -5,14 +5,14 @@
 use super::prepared::Prepared;
 use super::{block_hash_bytes, frame, hashes_unsigned, opt_i64, parent_unsigned};
 use crate::codec::msgpack::Writer;
-use crate::event::{EventRef, RemovedView, StoredView};
+use crate::event::{EventRef, EventRefs, RemovedView, StoredView};
 
 /// Declared fields of vLLM's `BlockStored` / `BlockRemoved`, plus the tag.
 pub(super) const VLLM_STORED_DECLARED: usize = 15 + 1;
 pub(super) const VLLM_REMOVED_DECLARED: usize = 5 + 1;
 
 /// Encodes a batch payload `[ts, events, dp_rank]` as msgspec does.
-pub fn encode_batch(ts: f64, events: &[EventRef<'_>], dp_rank: Option<i32>, w: &mut Writer) {
+pub fn encode_batch<'a>(ts: f64, events: impl EventRefs<'a>, dp_rank: Option<i32>, w: &mut Writer) {
   let mut prepared = Prepared::default();
   frame(ts, events, dp_rank, w, |e, w| match e {
     EventRef::Stored(s) => match s.chunk_attrs() {
@@ -42,6 +42,7 @@ pub fn encode_event(e: &EventRef<'_>, w: &mut Writer) {
 }
 
 /// One stored event (tree dumps hold them without the enum).
+#[inline]
 pub fn encode_stored(s: &StoredView<'_>, w: &mut Writer) {
   let extra_keys = s.extra_keys();
   let group_idx = s.group_idx();
@@ -113,6 +114,7 @@ pub fn encode_stored(s: &StoredView<'_>, w: &mut Writer) {
   }
 }
 
+#[inline]
 fn encode_removed(r: &RemovedView<'_>, w: &mut Writer) {
   let group_idx = r.group_idx();
   let locality = r.locality();
