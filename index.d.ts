@@ -124,7 +124,7 @@ export interface CursorOut {
 
 /**
  * Decodes a payload; a stored event that cannot be indexed losslessly is
- * `ERR_UNSUPPORTED_LAYOUT` (SPEC §3.1).
+ * `ERR_UNSUPPORTED_LAYOUT` (docs/protocol.md#fail-closed-layouts).
  */
 export declare function decodeBatches(bytes: Buffer, dialect: string): DecodedOut
 

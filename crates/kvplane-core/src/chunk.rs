@@ -4,7 +4,7 @@
 
 use crate::columns::{check_columns, Columns, KIND_CLEARED, KIND_REMOVED, KIND_STORED};
 use crate::error::KvResult;
-use crate::event::{KvEvent, RemovedEvent, StoredEvent};
+use crate::event::{EventRef, KvEvent, RemovedView, StoredView};
 
 /// A whole event (the object path), in `EventChunk::events`.
 const KIND_EVENT: u8 = 3;
@@ -42,53 +42,6 @@ pub struct EventChunk {
   tokens: Vec<u32>,
   attrs: Attrs,
   events: Vec<KvEvent>,
-}
-
-/// One event of a chunk, borrowed.
-#[derive(Debug, Clone, Copy)]
-pub enum EventRef<'a> {
-  Stored {
-    hashes: &'a [u64],
-    parent: Option<u64>,
-    tokens: &'a [u32],
-    attrs: &'a Attrs,
-  },
-  Removed {
-    hashes: &'a [u64],
-    attrs: &'a Attrs,
-  },
-  Cleared,
-  Event(&'a KvEvent),
-}
-
-impl EventRef<'_> {
-  /// The event as the normalized model has it.
-  pub fn to_event(&self) -> KvEvent {
-    match *self {
-      EventRef::Stored {
-        hashes,
-        parent,
-        tokens,
-        attrs,
-      } => KvEvent::Stored(StoredEvent {
-        block_hashes: hashes.to_vec(),
-        parent_block_hash: parent,
-        token_ids: tokens.to_vec(),
-        block_size: attrs.block_size,
-        lora_id: attrs.lora_id,
-        lora_name: attrs.lora_name.clone(),
-        medium: attrs.medium.clone(),
-        ..Default::default()
-      }),
-      EventRef::Removed { hashes, attrs } => KvEvent::Removed(RemovedEvent {
-        block_hashes: hashes.to_vec(),
-        medium: attrs.medium.clone(),
-        ..Default::default()
-      }),
-      EventRef::Cleared => KvEvent::Cleared,
-      EventRef::Event(e) => e.clone(),
-    }
-  }
 }
 
 impl EventChunk {
@@ -244,21 +197,18 @@ impl<'a> ChunkView<'a> {
         KIND_STORED => {
           let tokens = &self.tokens[t..t + count * bs];
           t += count * bs;
-          EventRef::Stored {
+          EventRef::Stored(StoredView::of_columns(
             hashes,
-            parent: (self.has_parent[i] != 0).then_some(self.parents[i]),
+            (self.has_parent[i] != 0).then_some(self.parents[i]),
             tokens,
-            attrs: self.attrs,
-          }
+            self.attrs,
+          ))
         }
-        KIND_REMOVED => EventRef::Removed {
-          hashes,
-          attrs: self.attrs,
-        },
+        KIND_REMOVED => EventRef::Removed(RemovedView::of_columns(hashes, self.attrs)),
         KIND_CLEARED => EventRef::Cleared,
         _ => {
           e += 1;
-          EventRef::Event(&self.events[e - 1])
+          EventRef::of(&self.events[e - 1])
         }
       }
     })
@@ -336,10 +286,7 @@ mod tests {
       sample().iter().nth(2).unwrap().to_event(),
     ]);
     let first = objs.split_front(1);
-    assert!(matches!(
-      first.iter().next(),
-      Some(EventRef::Event(KvEvent::Cleared))
-    ));
+    assert!(matches!(first.iter().next(), Some(EventRef::Cleared)));
     assert_eq!(hashes_of(&objs), vec![vec![3]]);
   }
 }

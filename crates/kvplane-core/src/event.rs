@@ -1,4 +1,8 @@
-//! The normalized event model (SPEC §2): every codec maps to and from these types.
+//! The normalized event model (docs/protocol.md#events): every codec maps to and from these types.
+
+mod view;
+
+pub use view::{EventRef, EventRefs, RemovedView, StoredView};
 
 use crate::codec::value::Value;
 use crate::error::{ErrorCode, KvError, KvResult};
@@ -30,7 +34,8 @@ pub struct StoredEvent {
   pub session_id: Option<String>,
   /// Tokens beyond each block used in its hash (opaque).
   pub lookahead_token_ids: Option<Value>,
-  /// The hashes as the engine sent them when they were byte strings (SPEC §2).
+  /// The hashes as the engine sent them when they were byte strings
+  /// (docs/protocol.md#events).
   pub hash_bytes: Option<Box<HashBytes>>,
 }
 
@@ -49,8 +54,9 @@ pub fn u64_of_hash_bytes(b: &[u8]) -> u64 {
 }
 
 impl StoredEvent {
-  /// SPEC §3.1: the tokens must split into `block_size` x hashes. Null or masked blocks, partial
-  /// blocks and hash-only placeholders cannot be indexed losslessly (`Err` says why).
+  /// docs/protocol.md#fail-closed-layouts: the tokens must split into `block_size` x hashes.
+  /// Null or masked blocks, partial blocks and hash-only placeholders cannot be indexed
+  /// losslessly (`Err` says why).
   /// `allow_hash_only` accepts events without tokens (for indexes keyed by the engine's hash).
   pub fn check_layout(&self, allow_hash_only: bool) -> KvResult<()> {
     check_layout(

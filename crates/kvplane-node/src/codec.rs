@@ -17,7 +17,7 @@ pub struct DecodedOut {
 }
 
 /// Decodes a payload; a stored event that cannot be indexed losslessly is
-/// `ERR_UNSUPPORTED_LAYOUT` (SPEC §3.1).
+/// `ERR_UNSUPPORTED_LAYOUT` (docs/protocol.md#fail-closed-layouts).
 #[napi]
 pub fn decode_batches(bytes: Buffer, dialect: String) -> Result<DecodedOut, Code> {
   guard_js(|| {
@@ -45,16 +45,12 @@ pub fn encode_batch(batch: BatchIn, format: String) -> Result<Buffer, Code> {
 pub fn encode_subscribe_request(start: BigInt) -> Result<Buffer, Code> {
   guard_js(|| {
     let start = bigint_u64("start", &start)?;
-    Ok(codec::smg_proto::encode_subscribe_request(start).into())
+    Ok(codec::smg::encode_subscribe_request(start).into())
   })
 }
 
 /// Reads SMG's `SubscribeKvEventsRequest`: its `start_sequence_number`.
 #[napi]
 pub fn decode_subscribe_request(bytes: Buffer) -> Result<BigInt, Code> {
-  guard_js(|| {
-    Ok(BigInt::from(codec::smg_proto::decode_subscribe_request(
-      &bytes,
-    )?))
-  })
+  guard_js(|| Ok(BigInt::from(codec::smg::decode_subscribe_request(&bytes)?)))
 }

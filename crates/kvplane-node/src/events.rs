@@ -1,4 +1,4 @@
-//! Events and batches between JS and the core's normalized model (SPEC §2).
+//! Events and batches between JS and the core's normalized model (docs/protocol.md#events).
 
 use crate::convert::{bigint_i64, bigint_u64};
 use crate::value::JsOpaque;

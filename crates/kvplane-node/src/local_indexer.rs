@@ -13,11 +13,12 @@ use crate::outputs::{
 };
 use crate::queue::{ColumnArgs, ColumnAttrsIn, NativeEventQueue};
 use crate::tasks::{with, Coded, Drain, Dump, Recover, RecoverRange, Shared};
+use kvplane_core::codec::smg::expired_cursor_message;
 use kvplane_core::codec::{Dialect, Format};
 use kvplane_core::hash::tokens_from_f64;
 use kvplane_core::index::{MatchOptions, WorkerKey};
 use kvplane_core::local_indexer::{LocalIndexer, LocalIndexerConfig};
-use kvplane_core::stream::{expired_cursor_message, Cursor};
+use kvplane_core::stream::Cursor;
 use kvplane_core::{ErrorCode, KvError, KvResult};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;

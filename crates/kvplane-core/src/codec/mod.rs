@@ -1,18 +1,18 @@
-//! Wire codecs (SPEC §3): every engine dialect decodes into the normalized model of SPEC §2, and
+//! Wire codecs (docs/protocol.md#formats-at-a-glance): every engine dialect decodes into the
+//! normalized model of docs/protocol.md#events, and
 //! batches encode once into the formats kvplane publishes.
 
 pub mod json;
 pub mod msgpack;
+pub mod protobuf;
 pub mod recover;
-pub mod smg_proto;
-pub mod trtllm;
+pub mod smg;
+pub mod trtllm_json;
 pub mod value;
-pub mod vllm;
-pub mod zmq_chunk;
+pub mod zmq_msgpack;
 
-use crate::chunk::EventRef;
 use crate::error::{KvError, KvResult};
-use crate::event::{Batch, KvEvent};
+use crate::event::{Batch, EventRef, EventRefs, KvEvent};
 
 /// What bytes to expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub struct Decoded {
 pub fn decode(bytes: &[u8], dialect: Dialect) -> KvResult<Decoded> {
   match dialect {
     Dialect::Vllm | Dialect::Sglang | Dialect::Trtllm => {
-      let d = vllm::decode_batch(bytes)?;
+      let d = zmq_msgpack::decode_batch(bytes)?;
       Ok(Decoded {
         batches: vec![d.batch],
         event_ids: vec![Vec::new()],
@@ -107,7 +107,7 @@ pub fn decode(bytes: &[u8], dialect: Dialect) -> KvResult<Decoded> {
       })
     }
     Dialect::TrtllmJson => {
-      let d = trtllm::decode_json(bytes)?;
+      let d = trtllm_json::decode_json(bytes)?;
       Ok(Decoded {
         batches: d.batches,
         event_ids: d.event_ids,
@@ -115,7 +115,7 @@ pub fn decode(bytes: &[u8], dialect: Dialect) -> KvResult<Decoded> {
       })
     }
     Dialect::SmgProto => {
-      let d = smg_proto::decode_batch(bytes)?;
+      let d = smg::decode_batch(bytes)?;
       Ok(Decoded {
         batches: vec![d.batch],
         event_ids: vec![d.event_ids],
@@ -125,9 +125,9 @@ pub fn decode(bytes: &[u8], dialect: Dialect) -> KvResult<Decoded> {
   }
 }
 
-/// The layout check of SPEC §3.1 over decoded batches: the first stored event whose tokens do not
-/// split into `block_size` x hashes is `ERR_UNSUPPORTED_LAYOUT`, naming the batch's rank and the
-/// event.
+/// The layout check (docs/protocol.md#fail-closed-layouts) over decoded batches: the first stored
+/// event whose tokens do not split into `block_size` x hashes is `ERR_UNSUPPORTED_LAYOUT`, naming
+/// the batch's rank and the event.
 pub fn check_layout(batches: &[Batch]) -> KvResult<()> {
   for b in batches {
     for (i, e) in b.events.iter().enumerate() {
@@ -143,66 +143,82 @@ pub fn check_layout(batches: &[Batch]) -> KvResult<()> {
   Ok(())
 }
 
-/// Encodes a batch once (SPEC §6: the same bytes go to every subscriber).
+/// Encodes a batch once (docs/protocol.md#seqs-and-epochs: the same bytes go to every
+/// subscriber): `encode_events` of its events, each viewed as it is written.
 pub fn encode(b: &Batch, format: Format) -> Vec<u8> {
-  match format {
-    Format::Vllm | Format::VllmLegacy | Format::Sglang => {
-      let zf = match format {
-        Format::Vllm => vllm::ZmqFormat::VllmMap,
-        Format::VllmLegacy => vllm::ZmqFormat::VllmArray,
-        _ => vllm::ZmqFormat::SglangMap,
-      };
-      let mut w = msgpack::Writer::with_capacity(encoded_size_hint(b));
-      vllm::encode_batch(b, zf, &mut w);
-      w.into_inner()
-    }
-    Format::SmgProto => {
-      let mut out = Vec::with_capacity(encoded_size_hint(b));
-      smg_proto::encode_batch(b, &mut out);
-      out
-    }
-  }
+  let events = b.events.iter().map(EventRef::of);
+  encode_with(b.seq, b.ts, events, b.dp_rank, format, batch_size_hint(b))
 }
 
-/// Encodes the publish queue's events as one batch (seq 0): the same bytes as `encode` of those
-/// events as a `Batch`. The ZMQ formats write column events straight from their slices.
-pub fn encode_zmq_events(
+/// Encodes events as batch `seq` in `format`: the one encoder of every format. The ZMQ formats
+/// carry no seq (it travels in its own frame); SMG's `KvEventBatch` does. TRT-LLM-only events
+/// (`updated`, `created`) have no form in any of them and are left out.
+pub fn encode_events(
+  seq: u64,
   ts: f64,
   events: &[EventRef<'_>],
   dp_rank: Option<i32>,
   format: Format,
 ) -> Vec<u8> {
-  let zf = match format {
-    Format::Vllm => vllm::ZmqFormat::VllmMap,
-    Format::VllmLegacy => vllm::ZmqFormat::VllmArray,
-    Format::Sglang => vllm::ZmqFormat::SglangMap,
-    Format::SmgProto => return encode_proto_events(0, ts, events, dp_rank),
-  };
-  let mut w = msgpack::Writer::with_capacity(zmq_chunk::size_hint(events));
-  zmq_chunk::encode_events(ts, events, dp_rank, zf, &mut w);
+  let hint = size_hint(events);
+  encode_with(seq, ts, events.iter().copied(), dp_rank, format, hint)
+}
+
+/// `encode_events` into a buffer of `capacity` bytes.
+fn encode_with<'a>(
+  seq: u64,
+  ts: f64,
+  events: impl EventRefs<'a>,
+  dp_rank: Option<i32>,
+  format: Format,
+  capacity: usize,
+) -> Vec<u8> {
+  match format {
+    Format::Vllm => msgpack_with(capacity, |w| {
+      zmq_msgpack::vllm::encode_batch(ts, events, dp_rank, w)
+    }),
+    Format::VllmLegacy => msgpack_with(capacity, |w| {
+      zmq_msgpack::legacy::encode_batch(ts, events, dp_rank, w)
+    }),
+    Format::Sglang => msgpack_with(capacity, |w| {
+      zmq_msgpack::sglang::encode_batch(ts, events, dp_rank, w)
+    }),
+    Format::SmgProto => {
+      let mut out = Vec::with_capacity(capacity);
+      smg::encode_batch(seq, ts, dp_rank, events, &mut out);
+      out
+    }
+  }
+}
+
+fn msgpack_with(capacity: usize, f: impl FnOnce(&mut msgpack::Writer)) -> Vec<u8> {
+  let mut w = msgpack::Writer::with_capacity(capacity);
+  f(&mut w);
   w.into_inner()
 }
 
-/// Encodes the publish queue's events as SMG protobuf batch `seq`: the same bytes as `encode` of
-/// those events as a `Batch` with that seq, written from the column slices.
-pub fn encode_proto_events(
-  seq: u64,
-  ts: f64,
-  events: &[EventRef<'_>],
-  dp_rank: Option<i32>,
-) -> Vec<u8> {
-  let mut out = Vec::with_capacity(zmq_chunk::size_hint(events));
-  smg_proto::encode_event_refs(seq, ts, dp_rank, events, &mut out);
-  out
-}
-
-fn encoded_size_hint(b: &Batch) -> usize {
+/// Bytes to reserve for encoding a whole batch.
+fn batch_size_hint(b: &Batch) -> usize {
   b.events
     .iter()
     .map(|e| match e {
       KvEvent::Stored(s) => 160 + s.block_hashes.len() * 12 + s.token_ids.len() * 3,
       KvEvent::Removed(r) => 48 + r.block_hashes.len() * 10,
       _ => 24,
+    })
+    .sum::<usize>()
+    + 32
+}
+
+/// Bytes to reserve for encoding `events`.
+fn size_hint(events: &[EventRef<'_>]) -> usize {
+  events
+    .iter()
+    .map(|e| match e {
+      EventRef::Stored(s) => 160 + s.block_hashes.len() * 9 + s.token_ids.len() * 5,
+      EventRef::Removed(r) => 48 + r.block_hashes.len() * 9,
+      EventRef::Cleared => 24,
+      _ => 0,
     })
     .sum::<usize>()
     + 32

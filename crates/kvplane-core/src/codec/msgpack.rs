@@ -1,6 +1,6 @@
-//! MessagePack primitives: a bounds-checked, zero-copy reader and a writer that follows
-//! msgspec's choices byte for byte (SPEC §3.1): ints in their smallest form, floats as float64,
-//! strings as fixstr/str8/16/32, bytes as bin8/16/32.
+//! MessagePack primitives: a bounds-checked, zero-copy reader and a writer that follows msgspec's
+//! choices byte for byte (docs/protocol.md#msgpack-encoding-rules): ints in their smallest form,
+//! floats as float64, strings as fixstr/str8/16/32, bytes as bin8/16/32.
 
 use crate::error::{ErrorCode, KvError, KvResult};
 

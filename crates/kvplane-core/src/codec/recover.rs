@@ -1,4 +1,4 @@
-//! `/kv_recover` answers (SPEC §3.4) as JSON or msgpack, externally tagged:
+//! `/kv_recover` answers (docs/protocol.md#http-kv_recover) as JSON or msgpack, externally tagged:
 //!
 //! ```text
 //! {"Events":       {"batches": [{"seq", "ts", "dp_rank", "events": [...]}], "last_seq", "epoch"}}
@@ -14,8 +14,8 @@
 
 use super::json::{write_f64, write_opt_str, write_str};
 use super::msgpack::Writer;
-use super::vllm::{encode_event, encode_stored, ZmqFormat};
-use crate::event::{Batch, KvEvent, RemovedEvent, StoredEvent};
+use super::zmq_msgpack::vllm::{encode_event, encode_stored};
+use crate::event::{Batch, EventRef, KvEvent, RemovedEvent, StoredEvent, StoredView};
 use crate::index::WorkerDump;
 use crate::stream::Recovery;
 
@@ -285,7 +285,7 @@ pub fn to_msgpack(r: &Recovery) -> Vec<u8> {
         w.str("events");
         w.array_len(published(&b.events).count());
         for e in published(&b.events) {
-          encode_event(e, ZmqFormat::VllmMap, &mut w);
+          encode_event(&EventRef::of(e), &mut w);
         }
       }
       (*last_seq, *epoch)
@@ -308,7 +308,7 @@ pub fn to_msgpack(r: &Recovery) -> Vec<u8> {
         w.str("events");
         w.array_len(wd.events.len());
         for e in &wd.events {
-          encode_stored(e, ZmqFormat::VllmMap, &mut w);
+          encode_stored(&StoredView::of(e), &mut w);
         }
       }
       (*last_seq, *epoch)

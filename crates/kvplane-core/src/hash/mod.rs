@@ -1,4 +1,4 @@
-//! Chained KV block hashing, exactly as each engine computes it (SPEC §4).
+//! Chained KV block hashing, exactly as each engine computes it (docs/protocol.md#block-hashing).
 //!
 //! Every algorithm hashes only **full** blocks: a trailing partial block is ignored. Every hash is
 //! chained: block `i` depends on block `i - 1` (or on `parent` for the first block).

@@ -8,9 +8,10 @@
 //! id if set; mask bit 0 = LoRA, bit 1 = salt); block = SHA-256(parent digest || tokens u32 LE).
 //! Its 64-bit form is the first 8 digest bytes, big-endian.
 //!
-//! The salt id of a salt string is the first 8 bytes of its SHA-256 digest, little-endian (SPEC
-//! §4, and TensorRT-LLM's unified salt id). Older TensorRT-LLM routers derived it with BLAKE3
-//! instead: [`cache_salt_id_blake3`] computes that one, to pass as an explicit salt id.
+//! The salt id of a salt string is the first 8 bytes of its SHA-256 digest, little-endian
+//! (docs/protocol.md#block-hashing, and TensorRT-LLM's unified salt id). Older TensorRT-LLM routers
+//! derived it with BLAKE3 instead: [`cache_salt_id_blake3`] computes that one, to pass as an
+//! explicit salt id.
 
 use super::first_u64_be;
 use super::options::HashOptions;
@@ -53,7 +54,8 @@ pub fn cache_salt_id(salt: &str) -> u64 {
 /// How a TensorRT-LLM salt string becomes its salt id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SaltIdHash {
-  /// SHA-256, first 8 bytes LE (SPEC §4; TensorRT-LLM's unified salt id). The default.
+  /// SHA-256, first 8 bytes LE (docs/protocol.md#block-hashing; TensorRT-LLM's unified salt id).
+  /// The default.
   #[default]
   Sha256,
   /// BLAKE3, first 8 bytes LE (older TensorRT-LLM routers).

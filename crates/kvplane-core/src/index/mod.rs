@@ -1,4 +1,4 @@
-//! The multi-worker KV block index (SPEC §5).
+//! The multi-worker KV block index (docs/architecture.md#index-semantics).
 //!
 //! Blocks are keyed by their chained `xxh3` content hash, computed here from each stored event's
 //! tokens, so routers match any engine without knowing its hash algorithm (`KeyBy::Engine` keys

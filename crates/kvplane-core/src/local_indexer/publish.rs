@@ -2,10 +2,10 @@
 //! events, each applied to the index, encoded once per format and logged.
 
 use super::{ApplyReport, Drained, LocalIndexer};
-use crate::chunk::{Attrs, ChunkView, EventChunk, EventRef};
+use crate::chunk::{Attrs, ChunkView, EventChunk};
 use crate::columns::Columns;
 use crate::error::KvResult;
-use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
+use crate::event::{Batch, EventRef, KvEvent, MAX_BATCH_EVENTS};
 use crate::index::StoredBlocks;
 use crate::stream::batch::split_oversized;
 use crate::stream::queue::{EventQueue, Taken};
@@ -136,26 +136,24 @@ impl LocalIndexer {
     let mut errors = Vec::new();
     for ev in events.iter_mut() {
       let applied = match *ev {
-        EventRef::Stored {
-          hashes,
-          parent,
-          tokens,
-          attrs,
-        } => self.index.store_blocks(
+        EventRef::Stored(s) => self.index.store_blocks(
           worker,
           StoredBlocks {
-            block_hashes: hashes,
-            parent_block_hash: parent,
-            token_ids: tokens,
-            block_size: attrs.block_size,
+            block_hashes: s.block_hashes,
+            parent_block_hash: s.parent_block_hash,
+            token_ids: s.token_ids,
+            block_size: s.block_size(),
           },
         ),
-        EventRef::Removed { hashes, .. } => {
-          self.index.remove_blocks(worker, hashes);
+        EventRef::Removed(r) => {
+          self.index.remove_blocks(worker, r.block_hashes);
           Ok(())
         }
         EventRef::Cleared => self.index.apply(worker, &KvEvent::Cleared),
-        EventRef::Event(e) => self.index.apply(worker, e),
+        // TRT-LLM only and rare: applied whole, as `apply_batch` would.
+        other @ (EventRef::Updated(_) | EventRef::Created(_)) => {
+          self.index.apply(worker, &other.to_event())
+        }
       };
       if let Err(e) = applied {
         *ev = EventRef::Cleared;

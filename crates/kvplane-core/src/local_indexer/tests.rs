@@ -140,7 +140,9 @@ fn fails_closed_on_an_unsupported_layout() {
   );
   assert!(ix.index().needs_recovery(w));
   let logged = ix.stream().replay(2, 1);
-  let b = codec::vllm::decode_batch(&logged[0].payload).unwrap().batch;
+  let b = codec::zmq_msgpack::decode_batch(&logged[0].payload)
+    .unwrap()
+    .batch;
   assert_eq!(
     b.events,
     vec![KvEvent::Cleared],
@@ -244,7 +246,7 @@ fn subscription_cursors_replay_within_the_log_and_expire_outside_it() {
   );
   assert_eq!(ix.stream().cursor(7), Cursor::Replay(7));
   assert_eq!(
-    crate::stream::expired_cursor_message(5, 7),
+    crate::codec::smg::expired_cursor_message(5, 7),
     "expired KV event replay cursor: requested sequence 5, oldest available sequence 7"
   );
 }
@@ -279,7 +281,7 @@ fn logs_in_the_configured_zmq_format_only() {
   let r = ix
     .publish(vec![stored(&[u64::MAX], None)], 1.0, None)
     .unwrap();
-  let b = codec::vllm::decode_batch(r[0].encodings.logged())
+  let b = codec::zmq_msgpack::decode_batch(r[0].encodings.logged())
     .unwrap()
     .batch;
   assert_eq!(b.events, vec![stored(&[u64::MAX], None)]);

@@ -1,4 +1,4 @@
-//! Batch bounds (SPEC §6): a published batch holds at most 1024 events.
+//! Batch bounds (docs/protocol.md#seqs-and-epochs): a published batch holds at most 1024 events.
 
 use crate::event::{Batch, MAX_BATCH_EVENTS};
 

@@ -10,11 +10,3 @@ pub enum Cursor {
   /// must clear its state and subscribe from 0.
   Expired { requested: u64, oldest: u64 },
 }
-
-/// The status message of an expired cursor, the text SMG's gateway recognizes
-/// (docs/protocol.md#grpc-subscribekvevents).
-pub fn expired_cursor_message(requested: u64, oldest: u64) -> String {
-  format!(
-    "expired KV event replay cursor: requested sequence {requested}, oldest available sequence {oldest}"
-  )
-}

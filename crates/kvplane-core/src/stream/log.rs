@@ -1,6 +1,6 @@
 //! The replay log: the last `buffer_steps` batches, addressed by their dense seq in O(1). Each
-//! batch is kept as the bytes it was published as (encoded once, SPEC §6), which is what replay
-//! sends and about a quarter of the memory of the decoded events.
+//! batch is kept as the bytes it was published as (encoded once, docs/protocol.md#seqs-and-epochs),
+//! which is what replay sends and about a quarter of the memory of the decoded events.
 
 use crate::error::{count_from_f64, KvResult};
 use std::collections::VecDeque;

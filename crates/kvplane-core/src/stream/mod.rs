@@ -10,14 +10,13 @@ pub mod log;
 pub mod queue;
 mod recovery;
 
-pub use cursor::{expired_cursor_message, Cursor};
+pub use cursor::Cursor;
 pub use encodings::Encodings;
 pub use recovery::Recovery;
 
-use crate::chunk::EventRef;
 use crate::codec::{self, Dialect, Format};
 use crate::error::{KvError, KvResult};
-use crate::event::Batch;
+use crate::event::{Batch, EventRef};
 use crate::index::WorkerDump;
 use log::{Logged, ReplayLog, DEFAULT_BUFFER_STEPS};
 use std::sync::Arc;
@@ -117,7 +116,7 @@ impl Stream {
     let formats = std::iter::once(self.cfg.log_format).chain(self.also.iter().copied());
     Encodings::new(
       formats
-        .map(|f| (f, encode_events(seq, ts, events, dp_rank, f)))
+        .map(|f| (f, codec::encode_events(seq, ts, events, dp_rank, f)))
         .collect(),
     )
   }
@@ -271,19 +270,5 @@ impl Stream {
       .remove(0);
     b.seq = l.seq;
     b
-  }
-}
-
-/// Encodes events as batch `seq` in `format`.
-fn encode_events(
-  seq: u64,
-  ts: f64,
-  events: &[EventRef<'_>],
-  dp_rank: Option<i32>,
-  format: Format,
-) -> Vec<u8> {
-  match format {
-    Format::SmgProto => codec::encode_proto_events(seq, ts, events, dp_rank),
-    _ => codec::encode_zmq_events(ts, events, dp_rank, format),
   }
 }

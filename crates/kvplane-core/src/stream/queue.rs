@@ -1,6 +1,7 @@
-//! The publish queue (SPEC §3.1, §7): producers enqueue in O(1) and never wait. When the queue
-//! is full, events are dropped and counted, and the drain turns each loss into a visible seq gap
-//! at the place in the stream where it happened.
+//! The publish queue (docs/protocol.md#vllm-and-sglang-zmq-stream,
+//! docs/protocol.md#drops-and-gaps): producers enqueue in O(1) and never wait. When the queue is
+//! full, events are dropped and counted, and the drain turns each loss into a visible seq gap at
+//! the place in the stream where it happened.
 
 use crate::chunk::EventChunk;
 use crate::error::{count_from_f64, KvResult};

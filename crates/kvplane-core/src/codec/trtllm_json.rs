@@ -1,4 +1,5 @@
-//! TensorRT-LLM's JSON KV-cache events (SPEC §3.2): the list `/kv_cache_events` returns.
+//! TensorRT-LLM's JSON KV-cache events (docs/protocol.md#tensorrt-llm-json): the list
+//! `/kv_cache_events` returns.
 //!
 //! Each element is `{event_id, data, window_size, attention_dp_rank?, hash_algo?,
 //! layer_group_id?}` with `data.type` one of `created`, `stored`, `removed`, `updated`. Hashes
