@@ -231,8 +231,10 @@ export class KvGrpcServer {
     sub
       .catchUp((from, max) => stream.indexer.replay(from, max, 'smg_proto'))
       .then(
-        () => {
-          if (sub.lag > this.#maxLag) this.#cutOff(sub);
+        (caughtUp) => {
+          if (!caughtUp)
+            this.#cutOff(sub, 'subscriber fell behind the replay log; resubscribe from the last applied seq');
+          else if (sub.lag > this.#maxLag) this.#cutOff(sub);
         },
         (err: unknown) =>
           sub.cut({
@@ -243,11 +245,14 @@ export class KvGrpcServer {
       );
   }
 
-  #cutOff(sub: Subscriber): void {
+  #cutOff(
+    sub: Subscriber,
+    details = `subscriber fell more than ${this.#maxLag} batches behind; resubscribe from the last applied seq`,
+  ): void {
     this.#stats.cutOff++;
     sub.cut({
       code: status.RESOURCE_EXHAUSTED,
-      details: `subscriber fell more than ${this.#maxLag} batches behind; resubscribe from the last applied seq`,
+      details,
       metadata: this.#metadata(),
     });
   }
