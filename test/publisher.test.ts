@@ -369,14 +369,26 @@ describe('replay', () => {
     }
   }, 20_000);
 
-  it('counts malformed requests and keeps serving', async () => {
+  it('answers malformed requests with the end marker alone, counts them and keeps serving', async () => {
     const p = await filled();
-    const d = new Dealer();
+    const d = new Dealer({ receiveTimeout: 5000 });
     cleanup.push(() => d.close());
     d.connect(p.replayEndpoint as string);
     await d.send([Buffer.alloc(0), Buffer.from('nope')]);
+    const [delim, topic, seq, payload] = (await d.receive()) as Buffer[];
+    expect(delim?.length).toBe(0);
+    expect(topic?.toString()).toBe('t'); // filled() publishes on topic 't'
+    expect(seq).toEqual(Buffer.alloc(8, 0xff));
+    expect(payload?.length).toBe(0);
+    // A REQ client (vLLM's own replay client shape) is answered too, never left blocked.
+    const req = new Request({ receiveTimeout: 5000 });
+    cleanup.push(() => req.close());
+    req.connect(p.replayEndpoint as string);
+    await req.send(Buffer.from([1, 2, 3]));
+    const reply = (await req.receive()) as Buffer[];
+    expect(reply.at(-2)).toEqual(Buffer.alloc(8, 0xff));
     expect(await dealerReplay(p.replayEndpoint as string, 12n)).toHaveLength(2);
-    expect(p.stats().replay.malformed).toBe(1);
+    expect(p.stats().replay.malformed).toBe(2);
   });
 });
 
