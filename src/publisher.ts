@@ -6,8 +6,10 @@ import { KvEventStream } from './stream/stream.js';
 import {
   checkCount,
   endpointForRank,
+  hwmForBytes,
   KV_EVENTS_DEFAULTS,
   type KvEventsConfig,
+  REPLAY_SEND_BUDGET_BYTES,
   shouldBind,
 } from './transports/zmq/config.js';
 import { ZmqTransport } from './transports/zmq/transport.js';
@@ -28,6 +30,12 @@ export interface KvEventPublisherOptions extends KvEventsConfig {
   replayTopicFrame?: boolean;
   /** How long a replay reply may wait on a full peer before that replay is abandoned. Default 30 s. */
   replaySendTimeoutMs?: number;
+  /**
+   * Bytes one replay peer may have queued before its replay waits on it (and, past
+   * `replaySendTimeoutMs`, is abandoned). Default 8 MiB; sized into the ROUTER's HWM as
+   * `hwmForBytes` does.
+   */
+  replaySendBudgetBytes?: number;
   /** Keep block tokens for tree dumps (`/kv_recover`). Default `true`. */
   retainTokens?: boolean;
   /** This incarnation's epoch. Default: random. */
@@ -72,6 +80,7 @@ export class KvEventPublisher {
     const o = withDefaults<KvEventsConfig>(KV_EVENTS_DEFAULTS, options);
     const rank = options.dataParallelRank ?? null;
     checkCount('hwm', o.hwm, 2 ** 31 - 1);
+    if (options.replaySendBudgetBytes !== undefined) checkCount('replaySendBudgetBytes', options.replaySendBudgetBytes, 2 ** 40);
     if (typeof o.topic !== 'string') throw new KvPlaneError('ERR_INVALID_ARG', 'topic must be a string');
     const endpoint = endpointForRank(o.endpoint, rank ?? 0);
     const replayEndpoint = o.replayEndpoint ? endpointForRank(o.replayEndpoint, rank ?? 0) : null;
@@ -97,6 +106,7 @@ export class KvEventPublisher {
                 bind: shouldBind(replayEndpoint),
                 topicFrame: options.replayTopicFrame ?? true,
                 sendTimeoutMs: options.replaySendTimeoutMs ?? 30_000,
+                hwm: hwmForBytes(options.replaySendBudgetBytes ?? REPLAY_SEND_BUDGET_BYTES),
               },
         topic: o.topic,
         hwm: o.hwm,

@@ -12,7 +12,12 @@ export interface KvEventsConfig {
   replayEndpoint?: string | null;
   /** Batches retained for replay and `/kv_recover`. Default 10,000. */
   bufferSteps?: number;
-  /** ZMQ send high-water mark of the live socket, in messages. Default 100,000. */
+  /**
+   * ZMQ send high-water mark of the live socket, per subscriber, in messages. Default 1024: about
+   * 64 MiB of full batches (`hwmForBytes(LIVE_SEND_BUDGET_BYTES)`). kvplane's batches carry up to
+   * 1024 events, so vLLM's default of 100,000 messages would let one stalled subscriber hold
+   * gigabytes.
+   */
   hwm?: number;
   /** Events the publish queue holds before it drops (and counts) them. Default 100,000. */
   maxQueueSize?: number;
@@ -20,11 +25,26 @@ export interface KvEventsConfig {
   topic?: string;
 }
 
+/** Bytes of a full batch (1024 events of a block or two with tokens): what send HWMs are sized from. */
+export const FULL_BATCH_BYTES = 64 * 1024;
+/** What one live subscriber may hold queued in the publisher. */
+export const LIVE_SEND_BUDGET_BYTES = 64 * 1024 * 1024;
+/** What one replay peer may hold queued in the publisher before its replay waits (then is abandoned). */
+export const REPLAY_SEND_BUDGET_BYTES = 8 * 1024 * 1024;
+
+/**
+ * A send HWM, in messages, holding about `bytes` of full batches. ZMQ counts a socket's queue in
+ * messages, not bytes: the budget holds for batches up to `FULL_BATCH_BYTES`.
+ */
+export function hwmForBytes(bytes: number): number {
+  return Math.max(8, Math.ceil(bytes / FULL_BATCH_BYTES));
+}
+
 export const KV_EVENTS_DEFAULTS = {
   endpoint: 'tcp://*:5557',
   replayEndpoint: null,
   bufferSteps: 10_000,
-  hwm: 100_000,
+  hwm: hwmForBytes(LIVE_SEND_BUDGET_BYTES),
   maxQueueSize: 100_000,
   topic: '',
 } as const satisfies Required<KvEventsConfig>;

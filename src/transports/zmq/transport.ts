@@ -10,9 +10,9 @@ export interface ZmqTransportOptions {
   /** Bind (else connect) the live endpoint. */
   bind: boolean;
   /** Replay ROUTER endpoint, already offset for the DP rank; `null` for no replay. */
-  replay: { endpoint: string; bind: boolean; topicFrame: boolean; sendTimeoutMs: number } | null;
+  replay: { endpoint: string; bind: boolean; topicFrame: boolean; sendTimeoutMs: number; hwm: number } | null;
   topic: string;
-  /** Send high-water mark of both sockets, in messages. */
+  /** Send high-water mark of the live socket, per subscriber, in messages. */
   hwm: number;
 }
 
@@ -62,7 +62,7 @@ export class ZmqTransport {
           topic: Buffer.from(opts.topic, 'utf8'),
           topicFrame: opts.replay.topicFrame,
           sendTimeoutMs: opts.replay.sendTimeoutMs,
-          hwm: opts.hwm,
+          hwm: opts.replay.hwm,
         });
       }
       return new ZmqTransport(stream, pub, replay, opts);
