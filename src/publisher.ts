@@ -11,6 +11,7 @@ import {
   type KvEventsConfig,
   REPLAY_SEND_BUDGET_BYTES,
   shouldBind,
+  zmqAddress,
 } from './transports/zmq/config.js';
 import { ZmqTransport } from './transports/zmq/transport.js';
 
@@ -80,7 +81,8 @@ export class KvEventPublisher {
     const o = withDefaults<KvEventsConfig>(KV_EVENTS_DEFAULTS, options);
     const rank = options.dataParallelRank ?? null;
     checkCount('hwm', o.hwm, 2 ** 31 - 1);
-    if (options.replaySendBudgetBytes !== undefined) checkCount('replaySendBudgetBytes', options.replaySendBudgetBytes, 2 ** 40);
+    if (options.replaySendBudgetBytes !== undefined)
+      checkCount('replaySendBudgetBytes', options.replaySendBudgetBytes, 2 ** 40);
     if (typeof o.topic !== 'string') throw new KvPlaneError('ERR_INVALID_ARG', 'topic must be a string');
     const endpoint = endpointForRank(o.endpoint, rank ?? 0);
     const replayEndpoint = o.replayEndpoint ? endpointForRank(o.replayEndpoint, rank ?? 0) : null;
@@ -96,13 +98,13 @@ export class KvEventPublisher {
     });
     try {
       const zmq = await ZmqTransport.create(stream, {
-        endpoint,
+        endpoint: zmqAddress(endpoint),
         bind: shouldBind(endpoint),
         replay:
           replayEndpoint === null
             ? null
             : {
-                endpoint: replayEndpoint,
+                endpoint: zmqAddress(replayEndpoint),
                 bind: shouldBind(replayEndpoint),
                 topicFrame: options.replayTopicFrame ?? true,
                 sendTimeoutMs: options.replaySendTimeoutMs ?? 30_000,

@@ -1,9 +1,11 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { type AddressInfo, createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { decode as msgpackDecode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dealer, Request, Subscriber } from 'zeromq';
 import {
+  connectWarning,
   decodeBatch,
   endpointForRank,
   type KvEvent,
@@ -15,6 +17,7 @@ import {
   LocalIndexer,
   SimEngine,
   shouldBind,
+  zmqAddress,
 } from '../src/index.js';
 import { repoPath } from './fixtures.js';
 import { normBatch, sorted } from './normalize.js';
@@ -568,6 +571,44 @@ describe('configuration', () => {
     expect(endpointForRank('inproc://ev', 1)).toBe('inproc://ev_dp1');
     expect(endpointForRank('tcp://*:5557', 0)).toBe('tcp://*:5557');
     expect(() => endpointForRank('tcp://*:5557', -1)).toThrow(KvPlaneError);
+  });
+
+  it('bind: serves on a given address (loopback only), connect: connects; a connecting endpoint is warned about', async () => {
+    expect(['bind:tcp://127.0.0.1:5557', 'connect:tcp://*:5557', 'bind:ipc:///tmp/x'].map(shouldBind)).toEqual([
+      true,
+      false,
+      true,
+    ]);
+    expect(zmqAddress('bind:tcp://127.0.0.1:5557')).toBe('tcp://127.0.0.1:5557');
+    expect(endpointForRank('bind:tcp://127.0.0.1:5557', 2)).toBe('bind:tcp://127.0.0.1:5559');
+    expect(endpointForRank('bind:inproc://ev', 1)).toBe('bind:inproc://ev_dp1');
+    expect(connectWarning('tcp://127.0.0.1:5557')).toMatch(/will connect .* write bind:tcp:\/\/127\.0\.0\.1:5557/);
+    expect(['tcp://*:5557', 'bind:tcp://127.0.0.1:5557', 'connect:tcp://10.0.0.1:5557'].map(connectWarning)).toEqual([
+      null,
+      null,
+      null,
+    ]);
+    // A real bind on loopback: a subscriber that connects there receives the stream.
+    const freePort = () =>
+      new Promise<number>((resolve) => {
+        const srv = createServer().listen(0, '127.0.0.1', () => {
+          const port = (srv.address() as AddressInfo).port;
+          srv.close(() => resolve(port));
+        });
+      });
+    const [livePort, replayPort] = [await freePort(), await freePort()];
+    const p = await publisher({
+      endpoint: `bind:tcp://127.0.0.1:${livePort}`,
+      replayEndpoint: `bind:tcp://127.0.0.1:${replayPort}`,
+    });
+    expect(p.endpoint).toBe(`tcp://127.0.0.1:${livePort}`);
+    expect(p.replayEndpoint).toBe(`tcp://127.0.0.1:${replayPort}`);
+    const sub = subscriber(`tcp://127.0.0.1:${livePort}`);
+    await until(() => p.stats().subscribers === 1, 'the subscriber');
+    await sleep(100);
+    p.publish(chain(2));
+    const [, seq] = (await sub.receive()) as Buffer[];
+    expect(seq?.readBigUInt64BE()).toBe(1n);
   });
 
   it('bad options are typed errors; a closed publisher refuses events', async () => {

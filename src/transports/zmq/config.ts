@@ -6,7 +6,10 @@ import { camelKey } from '../../options.js';
  * names are accepted by `kvEventsConfigFromJson`).
  */
 export interface KvEventsConfig {
-  /** Live stream endpoint. Default `'tcp://*:5557'`. Bound if it has `*`, `::`, `ipc://` or `inproc://`, else connected. */
+  /**
+   * Live stream endpoint. Default `'tcp://*:5557'`. Bound if it has `*`, `::`, `ipc://` or
+   * `inproc://`, else connected (vLLM's rule); `bind:` or `connect:` before the address says which.
+   */
   endpoint?: string;
   /** Replay ROUTER endpoint; none by default (no replay). */
   replayEndpoint?: string | null;
@@ -82,8 +85,17 @@ export function kvEventsConfigFromJson(json: Record<string, unknown>): KvEventsC
   return out as KvEventsConfig & { publisher?: string };
 }
 
-/** vLLM's rule: bind when the endpoint is a wildcard or local transport, connect otherwise. */
+/** An endpoint with an explicit mode: `bind:` or `connect:` before the ZMQ address. */
+const MODE = /^(bind|connect):(?=[a-z]+:\/\/)/;
+
+/**
+ * Whether an endpoint is bound. `bind:tcp://127.0.0.1:5557` binds (serving on loopback only) and
+ * `connect:...` connects, whatever the address; otherwise vLLM's rule: bind when the address is a
+ * wildcard or a local transport, connect to anything else.
+ */
 export function shouldBind(endpoint: string): boolean {
+  const mode = MODE.exec(endpoint)?.[1];
+  if (mode !== undefined) return mode === 'bind';
   return (
     endpoint.includes('*') ||
     endpoint.includes('::') ||
@@ -92,18 +104,34 @@ export function shouldBind(endpoint: string): boolean {
   );
 }
 
+/** The ZMQ address of an endpoint, without its `bind:` / `connect:` mode. */
+export function zmqAddress(endpoint: string): string {
+  return endpoint.replace(MODE, '');
+}
+
+/**
+ * Why an endpoint will connect rather than serve, or `null` when it binds: vLLM's rule connects
+ * to a specific address, which is easy to mistake for serving on it.
+ */
+export function connectWarning(endpoint: string): string | null {
+  if (shouldBind(endpoint) || MODE.test(endpoint)) return null;
+  return `${endpoint} will connect to that address, not serve on it (vLLM's rule binds only *, ::, ipc:// and inproc://); write bind:${endpoint} to serve on it, or connect:${endpoint} to silence this`;
+}
+
 /**
  * The endpoint of DP rank `rank`: tcp ports are offset by the rank, inproc names get `_dp{rank}`
- * (rank 0 keeps the endpoint as it is).
+ * (rank 0 keeps the endpoint as it is). A `bind:` / `connect:` mode is kept.
  */
 export function endpointForRank(endpoint: string, rank: number): string {
   if (!Number.isInteger(rank) || rank < 0) invalidArg(`dataParallelRank is ${rank}: a non-negative integer`);
   if (rank === 0) return endpoint;
-  if (endpoint.startsWith('inproc://')) return `${endpoint}_dp${rank}`;
-  if (endpoint.startsWith('tcp://')) {
-    const m = /^(tcp:\/\/.*):(\d+)$/.exec(endpoint);
+  const mode = MODE.exec(endpoint)?.[0] ?? '';
+  const address = zmqAddress(endpoint);
+  if (address.startsWith('inproc://')) return `${mode}${address}_dp${rank}`;
+  if (address.startsWith('tcp://')) {
+    const m = /^(tcp:\/\/.*):(\d+)$/.exec(address);
     if (!m) invalidArg(`endpoint ${endpoint} has no port to offset for DP rank ${rank}`);
-    return `${m[1]}:${Number(m[2]) + rank}`;
+    return `${mode}${m[1]}:${Number(m[2]) + rank}`;
   }
   return endpoint;
 }
