@@ -56,7 +56,8 @@ export interface PublisherStats {
   gaps: number;
   /** Peers connected to the live socket. */
   subscribers: number;
-  replay: { requests: number; malformed: number; abandoned: number; batchesSent: number };
+  /** Replay requests, malformed ones, replays abandoned, batches sent, replays in progress. */
+  replay: { requests: number; malformed: number; abandoned: number; batchesSent: number; sessions: number };
   /** Ranks whose source failed closed (unsupported layout), with the reason. */
   failClosed: Array<{ dpRank: number; message: string }>;
 }

@@ -427,17 +427,22 @@ describe('KvGrpcServer', () => {
       blockSize: 16,
     }));
     let slowest = 0;
+    let queued = 0;
     for (let i = 1; i <= 150; i++) {
       const s = performance.now();
       pub.publish(big);
       slowest = Math.max(slowest, performance.now() - s);
       await pub.flush();
+      queued = Math.max(queued, grpc.stats().queuedBytes);
       // The live subscribers (decoding in this process) stay within a few batches of the head.
       await until(() => live.every((l) => l.got.batches.length >= i - 4), `live subscribers at ${i}`);
     }
     const got = await Promise.all(live.map((s) => s.done));
     for (const g of got) expect(seqsOf(g.batches)).toEqual(range(1, 150));
     await until(() => grpc.stats().cutOff === 1, 'the stalled subscriber to be cut off');
+    // What waited for the stalled peer was counted, and its queue went with it.
+    expect(queued).toBeGreaterThan(32 * 64 * 1024);
+    await until(() => grpc.stats().queuedBytes < queued / 4, 'the cut-off queue to be released');
     expect(slowest).toBeLessThan(100); // publish() enqueues; it never waits on a subscriber
     stalled.call.resume();
     const s = await stalled.done;

@@ -56,6 +56,7 @@ function reportStatus(s: Serving, seconds: number): () => void {
         drops: p.drops,
         gaps: p.gaps,
         replay_requests: p.replay.requests,
+        replay_sessions: p.replay.sessions,
         fail_closed: p.failClosed.length,
       });
     }

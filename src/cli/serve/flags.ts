@@ -40,7 +40,7 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     apply: (c, v) => (c.publisher.bufferSteps = int('buffer-steps', v)),
   },
   hwm: {
-    help: 'ZMQ send high-water mark per live subscriber, in messages (default 1024: ~64 MiB of full batches)',
+    help: 'ZMQ send high-water mark per live subscriber, in messages (default 512: ~64 MiB of full batches)',
     apply: (c, v) => (c.publisher.hwm = int('hwm', v)),
   },
   'replay-send-budget': {

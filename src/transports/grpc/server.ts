@@ -53,6 +53,8 @@ export interface GrpcStats {
   batchesSent: number;
   /** The most batches any subscriber has waiting (its lag). */
   maxLag: number;
+  /** Bytes queued in kvplane for all subscribers (each bounded by its lag cut-off). */
+  queuedBytes: number;
 }
 
 const DEFAULT_MAX_LAG = 1024;
@@ -81,6 +83,7 @@ export class KvGrpcServer {
     cutOff: 0,
     batchesSent: 0,
     maxLag: 0,
+    queuedBytes: 0,
   };
   #sentByEnded = 0;
 
@@ -138,9 +141,11 @@ export class KvGrpcServer {
   stats(): GrpcStats {
     let sent = this.#sentByEnded;
     let maxLag = 0;
+    let queuedBytes = 0;
     for (const s of this.#subscribers) {
       sent += s.sent;
       maxLag = Math.max(maxLag, s.lag);
+      queuedBytes += s.queuedBytes;
     }
     return {
       ...this.#stats,
@@ -148,6 +153,7 @@ export class KvGrpcServer {
       subscribers: this.#subscribers.size,
       batchesSent: sent,
       maxLag,
+      queuedBytes,
     };
   }
 

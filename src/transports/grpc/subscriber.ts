@@ -38,6 +38,8 @@ export class Subscriber {
   #done = false;
   /** Batches handed to the stream. */
   sent = 0;
+  /** Bytes queued here for the peer, not yet handed to the stream. */
+  queuedBytes = 0;
 
   constructor(call: Call, next: bigint | null, maxLag: number, onEnd: (sub: Subscriber) => void) {
     this.#call = call;
@@ -99,6 +101,7 @@ export class Subscriber {
     if (this.done) return;
     this.#queue = [];
     this.#head = 0;
+    this.queuedBytes = 0;
     this.#end(status);
   }
 
@@ -112,6 +115,7 @@ export class Subscriber {
   #enqueue(seq: bigint, bytes: Buffer): void {
     if (this.#next !== null && seq < this.#next) return;
     this.#queue.push(bytes);
+    this.queuedBytes += bytes.length;
     this.#next = seq + 1n;
     this.#pump();
   }
@@ -120,6 +124,7 @@ export class Subscriber {
     while (!this.#blocked && this.#head < this.#queue.length && !this.#done) {
       const bytes = this.#queue[this.#head] as Buffer;
       this.#queue[this.#head++] = undefined as unknown as Buffer;
+      this.queuedBytes -= bytes.length;
       this.sent++;
       if (!this.#call.write(bytes)) this.#blocked = true;
     }

@@ -16,7 +16,7 @@ export interface KvEventsConfig {
   /** Batches retained for replay and `/kv_recover`. Default 10,000. */
   bufferSteps?: number;
   /**
-   * ZMQ send high-water mark of the live socket, per subscriber, in messages. Default 1024: about
+   * ZMQ send high-water mark of the live socket, per subscriber, in messages. Default 512: about
    * 64 MiB of full batches (`hwmForBytes(LIVE_SEND_BUDGET_BYTES)`). kvplane's batches carry up to
    * 1024 events, so vLLM's default of 100,000 messages would let one stalled subscriber hold
    * gigabytes.
@@ -28,8 +28,11 @@ export interface KvEventsConfig {
   topic?: string;
 }
 
-/** Bytes of a full batch (1024 events of a block or two with tokens): what send HWMs are sized from. */
-export const FULL_BATCH_BYTES = 64 * 1024;
+/**
+ * Bytes of a full batch, what send HWMs are sized from: 1024 events of a block or two with their
+ * tokens (the simulated engine's batches measure about 115 KiB at 1024 events).
+ */
+export const FULL_BATCH_BYTES = 128 * 1024;
 /** What one live subscriber may hold queued in the publisher. */
 export const LIVE_SEND_BUDGET_BYTES = 64 * 1024 * 1024;
 /** What one replay peer may hold queued in the publisher before its replay waits (then is abandoned). */

@@ -16,8 +16,8 @@ export interface ReplayServerOptions {
 }
 
 const EMPTY = Buffer.alloc(0);
-/** Batches fetched from the log per native call. */
-const CHUNK = 32;
+/** Batches fetched from the log per native call (each session holds one chunk's copies). */
+const CHUNK = 8;
 
 /** Counters of the replay socket. */
 export interface ReplayCounters {
@@ -65,6 +65,11 @@ export class ReplayServer {
     const server = new ReplayServer(router, opts);
     server.#loop = server.#receive();
     return server;
+  }
+
+  /** Replays in progress (each holds at most its send budget in the socket). */
+  get sessions(): number {
+    return this.#sessions.size;
   }
 
   /** The endpoint as bound (with the port the OS chose for `:*`). */

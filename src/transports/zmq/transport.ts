@@ -95,8 +95,9 @@ export class ZmqTransport {
     return this.#sendFailed;
   }
 
-  get replayCounters(): ReplayCounters {
-    return { ...(this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, batchesSent: 0 }) };
+  get replayCounters(): ReplayCounters & { sessions: number } {
+    const counters = this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, batchesSent: 0 };
+    return { ...counters, sessions: this.#replay?.sessions ?? 0 };
   }
 
   /** Resolves once every batch handed to the socket is sent. */
