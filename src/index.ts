@@ -78,8 +78,10 @@ export {
 } from './transports/grpc/services.js';
 export { KvHttpServer, type KvHttpServerOptions, type SourceInfo } from './transports/http/server.js';
 export {
+  connectWarning,
   endpointForRank,
   type KvEventsConfig,
   kvEventsConfigFromJson,
   shouldBind,
+  zmqAddress,
 } from './transports/zmq/config.js';

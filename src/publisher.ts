@@ -6,9 +6,12 @@ import { KvEventStream } from './stream/stream.js';
 import {
   checkCount,
   endpointForRank,
+  hwmForBytes,
   KV_EVENTS_DEFAULTS,
   type KvEventsConfig,
+  REPLAY_SEND_BUDGET_BYTES,
   shouldBind,
+  zmqAddress,
 } from './transports/zmq/config.js';
 import { ZmqTransport } from './transports/zmq/transport.js';
 
@@ -28,6 +31,12 @@ export interface KvEventPublisherOptions extends KvEventsConfig {
   replayTopicFrame?: boolean;
   /** How long a replay reply may wait on a full peer before that replay is abandoned. Default 30 s. */
   replaySendTimeoutMs?: number;
+  /**
+   * Bytes one replay peer may have queued before its replay waits on it (and, past
+   * `replaySendTimeoutMs`, is abandoned). Default 8 MiB; sized into the ROUTER's HWM as
+   * `hwmForBytes` does.
+   */
+  replaySendBudgetBytes?: number;
   /** Keep block tokens for tree dumps (`/kv_recover`). Default `true`. */
   retainTokens?: boolean;
   /** This incarnation's epoch. Default: random. */
@@ -47,7 +56,8 @@ export interface PublisherStats {
   gaps: number;
   /** Peers connected to the live socket. */
   subscribers: number;
-  replay: { requests: number; malformed: number; abandoned: number; batchesSent: number };
+  /** Replay requests, malformed ones, replays abandoned, batches sent, replays in progress. */
+  replay: { requests: number; malformed: number; abandoned: number; batchesSent: number; sessions: number };
   /** Ranks whose source failed closed (unsupported layout), with the reason. */
   failClosed: Array<{ dpRank: number; message: string }>;
 }
@@ -72,6 +82,8 @@ export class KvEventPublisher {
     const o = withDefaults<KvEventsConfig>(KV_EVENTS_DEFAULTS, options);
     const rank = options.dataParallelRank ?? null;
     checkCount('hwm', o.hwm, 2 ** 31 - 1);
+    if (options.replaySendBudgetBytes !== undefined)
+      checkCount('replaySendBudgetBytes', options.replaySendBudgetBytes, 2 ** 40);
     if (typeof o.topic !== 'string') throw new KvPlaneError('ERR_INVALID_ARG', 'topic must be a string');
     const endpoint = endpointForRank(o.endpoint, rank ?? 0);
     const replayEndpoint = o.replayEndpoint ? endpointForRank(o.replayEndpoint, rank ?? 0) : null;
@@ -87,16 +99,17 @@ export class KvEventPublisher {
     });
     try {
       const zmq = await ZmqTransport.create(stream, {
-        endpoint,
+        endpoint: zmqAddress(endpoint),
         bind: shouldBind(endpoint),
         replay:
           replayEndpoint === null
             ? null
             : {
-                endpoint: replayEndpoint,
+                endpoint: zmqAddress(replayEndpoint),
                 bind: shouldBind(replayEndpoint),
                 topicFrame: options.replayTopicFrame ?? true,
                 sendTimeoutMs: options.replaySendTimeoutMs ?? 30_000,
+                hwm: hwmForBytes(options.replaySendBudgetBytes ?? REPLAY_SEND_BUDGET_BYTES),
               },
         topic: o.topic,
         hwm: o.hwm,

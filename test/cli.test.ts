@@ -145,4 +145,25 @@ describe('kvplane serve --engine sim', () => {
     expect(stopped.sim.requests).toBeGreaterThan(0);
     expect(stopped.events).toBeGreaterThan(0);
   });
+
+  it('warns when an endpoint will connect rather than serve, naming the bind: form', () => {
+    const r = spawnSync(
+      process.execPath,
+      [CLI, 'serve', '--endpoint', 'tcp://127.0.0.1:9', '--replay-endpoint', 'none', '--http-port', 'none'].concat([
+        '--duration',
+        '0.2',
+        '--status-interval',
+        '10',
+      ]),
+      { encoding: 'utf8', timeout: 15_000 },
+    );
+    expect(r.status, r.stderr).toBe(0);
+    const warn = r.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, string>)
+      .find((l) => l.level === 'warn');
+    expect(warn).toMatchObject({ msg: 'endpoint connects', endpoint: 'tcp://127.0.0.1:9' });
+    expect(warn?.detail).toMatch(/write bind:tcp:\/\/127\.0\.0\.1:9 to serve on it/);
+  });
 });

@@ -427,17 +427,22 @@ describe('KvGrpcServer', () => {
       blockSize: 16,
     }));
     let slowest = 0;
+    let queued = 0;
     for (let i = 1; i <= 150; i++) {
       const s = performance.now();
       pub.publish(big);
       slowest = Math.max(slowest, performance.now() - s);
       await pub.flush();
+      queued = Math.max(queued, grpc.stats().queuedBytes);
       // The live subscribers (decoding in this process) stay within a few batches of the head.
       await until(() => live.every((l) => l.got.batches.length >= i - 4), `live subscribers at ${i}`);
     }
     const got = await Promise.all(live.map((s) => s.done));
     for (const g of got) expect(seqsOf(g.batches)).toEqual(range(1, 150));
     await until(() => grpc.stats().cutOff === 1, 'the stalled subscriber to be cut off');
+    // What waited for the stalled peer was counted, and its queue went with it.
+    expect(queued).toBeGreaterThan(32 * 64 * 1024);
+    await until(() => grpc.stats().queuedBytes < queued / 4, 'the cut-off queue to be released');
     expect(slowest).toBeLessThan(100); // publish() enqueues; it never waits on a subscriber
     stalled.call.resume();
     const s = await stalled.done;
@@ -445,6 +450,69 @@ describe('KvGrpcServer', () => {
     expect(s.batches.length).toBeLessThan(150);
     expect(seqsOf(s.batches)).toEqual(range(1, s.batches.length));
   });
+
+  it('a resubscriber far behind that reads faster than live catches up without a cut-off', async () => {
+    const { pub, grpc, address } = await node({}, { maxLagBatches: 32 });
+    // ~40 KB batches: the HTTP/2 window holds only a few, so the reader's pace is what the server sees.
+    const batch = (i: number): KvEvent[] =>
+      Array.from({ length: 128 }, (_, j) => ({
+        type: 'stored',
+        blockHashes: [BigInt(i * 1000 + j * 4 + 1), BigInt(i * 1000 + j * 4 + 2)],
+        parentBlockHash: null,
+        tokenIds: new Uint32Array(32).fill(j),
+        blockSize: 16,
+      }));
+    const behind = 400;
+    for (let i = 0; i < behind; i++) {
+      pub.publish(batch(i));
+      await pub.flush(); // one batch each
+    }
+    const total = behind + 100;
+    const slow = subscribe(address, 1n, total);
+    // Reads at most one batch per 2 ms (~500/s); live publishes one per 10 ms (~100/s).
+    slow.call.on('data', () => {
+      slow.call.pause();
+      setTimeout(() => slow.call.resume(), 2);
+    });
+    for (let i = behind; i < total; i++) {
+      pub.publish(batch(i));
+      await pub.flush();
+      await sleep(10);
+    }
+    const got = await slow.done;
+    expect(got.status).toBeUndefined();
+    expect(seqsOf(got.batches)).toEqual(range(1, total));
+    expect(grpc.stats().cutOff).toBe(0);
+  }, 30_000);
+
+  it('a catch-up the replay log turns over under is cut off, never streamed with a hole', async () => {
+    const { pub, grpc, address } = await node({ bufferSteps: 64 }, { maxLagBatches: 32 });
+    const big = (i: number): KvEvent[] =>
+      Array.from({ length: 256 }, (_, j) => ({
+        type: 'stored',
+        blockHashes: [BigInt(i * 1000 + j + 1)],
+        parentBlockHash: null,
+        tokenIds: new Uint32Array(16).fill(j),
+        blockSize: 16,
+      }));
+    for (let i = 0; i < 60; i++) {
+      pub.publish(big(i));
+      await pub.flush();
+    }
+    const slow = subscribe(address, 1n, 1_000);
+    slow.call.pause(); // reads nothing: its catch-up waits on flow control
+    await until(() => grpc.stats().subscribers === 1, 'the subscription');
+    for (let i = 60; i < 300; i++) {
+      pub.publish(big(i));
+      await pub.flush();
+    }
+    slow.call.resume();
+    const got = await slow.done;
+    expect(got.status?.code).toBe(status.RESOURCE_EXHAUSTED);
+    expect(got.status?.details).toMatch(/fell behind the replay log/);
+    expect(seqsOf(got.batches)).toEqual(range(1, got.batches.length));
+    expect(grpc.stats().cutOff).toBe(1);
+  }, 30_000);
 
   it('a rank that failed closed streams its clear, then FAILED_PRECONDITION with the layout reason', async () => {
     const { pub, address } = await node();

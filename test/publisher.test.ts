@@ -1,9 +1,11 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { type AddressInfo, createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { decode as msgpackDecode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dealer, Request, Subscriber } from 'zeromq';
 import {
+  connectWarning,
   decodeBatch,
   endpointForRank,
   type KvEvent,
@@ -15,6 +17,7 @@ import {
   LocalIndexer,
   SimEngine,
   shouldBind,
+  zmqAddress,
 } from '../src/index.js';
 import { repoPath } from './fixtures.js';
 import { normBatch, sorted } from './normalize.js';
@@ -369,14 +372,26 @@ describe('replay', () => {
     }
   }, 20_000);
 
-  it('counts malformed requests and keeps serving', async () => {
+  it('answers malformed requests with the end marker alone, counts them and keeps serving', async () => {
     const p = await filled();
-    const d = new Dealer();
+    const d = new Dealer({ receiveTimeout: 5000 });
     cleanup.push(() => d.close());
     d.connect(p.replayEndpoint as string);
     await d.send([Buffer.alloc(0), Buffer.from('nope')]);
+    const [delim, topic, seq, payload] = (await d.receive()) as Buffer[];
+    expect(delim?.length).toBe(0);
+    expect(topic?.toString()).toBe('t'); // filled() publishes on topic 't'
+    expect(seq).toEqual(Buffer.alloc(8, 0xff));
+    expect(payload?.length).toBe(0);
+    // A REQ client (vLLM's own replay client shape) is answered too, never left blocked.
+    const req = new Request({ receiveTimeout: 5000 });
+    cleanup.push(() => req.close());
+    req.connect(p.replayEndpoint as string);
+    await req.send(Buffer.from([1, 2, 3]));
+    const reply = (await req.receive()) as Buffer[];
+    expect(reply.at(-2)).toEqual(Buffer.alloc(8, 0xff));
     expect(await dealerReplay(p.replayEndpoint as string, 12n)).toHaveLength(2);
-    expect(p.stats().replay.malformed).toBe(1);
+    expect(p.stats().replay.malformed).toBe(2);
   });
 });
 
@@ -556,6 +571,44 @@ describe('configuration', () => {
     expect(endpointForRank('inproc://ev', 1)).toBe('inproc://ev_dp1');
     expect(endpointForRank('tcp://*:5557', 0)).toBe('tcp://*:5557');
     expect(() => endpointForRank('tcp://*:5557', -1)).toThrow(KvPlaneError);
+  });
+
+  it('bind: serves on a given address (loopback only), connect: connects; a connecting endpoint is warned about', async () => {
+    expect(['bind:tcp://127.0.0.1:5557', 'connect:tcp://*:5557', 'bind:ipc:///tmp/x'].map(shouldBind)).toEqual([
+      true,
+      false,
+      true,
+    ]);
+    expect(zmqAddress('bind:tcp://127.0.0.1:5557')).toBe('tcp://127.0.0.1:5557');
+    expect(endpointForRank('bind:tcp://127.0.0.1:5557', 2)).toBe('bind:tcp://127.0.0.1:5559');
+    expect(endpointForRank('bind:inproc://ev', 1)).toBe('bind:inproc://ev_dp1');
+    expect(connectWarning('tcp://127.0.0.1:5557')).toMatch(/will connect .* write bind:tcp:\/\/127\.0\.0\.1:5557/);
+    expect(['tcp://*:5557', 'bind:tcp://127.0.0.1:5557', 'connect:tcp://10.0.0.1:5557'].map(connectWarning)).toEqual([
+      null,
+      null,
+      null,
+    ]);
+    // A real bind on loopback: a subscriber that connects there receives the stream.
+    const freePort = () =>
+      new Promise<number>((resolve) => {
+        const srv = createServer().listen(0, '127.0.0.1', () => {
+          const port = (srv.address() as AddressInfo).port;
+          srv.close(() => resolve(port));
+        });
+      });
+    const [livePort, replayPort] = [await freePort(), await freePort()];
+    const p = await publisher({
+      endpoint: `bind:tcp://127.0.0.1:${livePort}`,
+      replayEndpoint: `bind:tcp://127.0.0.1:${replayPort}`,
+    });
+    expect(p.endpoint).toBe(`tcp://127.0.0.1:${livePort}`);
+    expect(p.replayEndpoint).toBe(`tcp://127.0.0.1:${replayPort}`);
+    const sub = subscriber(`tcp://127.0.0.1:${livePort}`);
+    await until(() => p.stats().subscribers === 1, 'the subscriber');
+    await sleep(100);
+    p.publish(chain(2));
+    const [, seq] = (await sub.receive()) as Buffer[];
+    expect(seq?.readBigUInt64BE()).toBe(1n);
   });
 
   it('bad options are typed errors; a closed publisher refuses events', async () => {

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { KvPlaneError } from '../errors.js';
+import { connectWarning } from '../transports/zmq/config.js';
 import { parseServeArgs, type Serving, serveHelp, startServe } from './serve/index.js';
 
 const USAGE = `Usage: kvplane <command> [flags]
@@ -55,6 +56,7 @@ function reportStatus(s: Serving, seconds: number): () => void {
         drops: p.drops,
         gaps: p.gaps,
         replay_requests: p.replay.requests,
+        replay_sessions: p.replay.sessions,
         fail_closed: p.failClosed.length,
       });
     }
@@ -72,6 +74,10 @@ async function serve(argv: string[]): Promise<void> {
   }
   const config = parseServeArgs(argv);
   const s = await startServe(config);
+  for (const endpoint of [config.publisher.endpoint, config.publisher.replayEndpoint]) {
+    const warning = endpoint ? connectWarning(endpoint) : null;
+    if (warning) log({ level: 'warn', msg: 'endpoint connects', endpoint, detail: warning });
+  }
   log({
     level: 'info',
     msg: 'serving',

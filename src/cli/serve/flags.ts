@@ -39,7 +39,14 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: 'batches kept for replay (default 10000)',
     apply: (c, v) => (c.publisher.bufferSteps = int('buffer-steps', v)),
   },
-  hwm: { help: 'ZMQ send high-water mark (default 100000)', apply: (c, v) => (c.publisher.hwm = int('hwm', v)) },
+  hwm: {
+    help: 'ZMQ send high-water mark per live subscriber, in messages (default 512: ~64 MiB of full batches)',
+    apply: (c, v) => (c.publisher.hwm = int('hwm', v)),
+  },
+  'replay-send-budget': {
+    help: 'bytes one replay peer may have queued before its replay waits, then is abandoned (default 8388608)',
+    apply: (c, v) => (c.publisher.replaySendBudgetBytes = int('replay-send-budget', v)),
+  },
   'max-queue-size': {
     help: 'events queued before drops (default 100000)',
     apply: (c, v) => (c.publisher.maxQueueSize = int('max-queue-size', v)),

@@ -53,6 +53,8 @@ export interface GrpcStats {
   batchesSent: number;
   /** The most batches any subscriber has waiting (its lag). */
   maxLag: number;
+  /** Bytes queued in kvplane for all subscribers (each bounded by its lag cut-off). */
+  queuedBytes: number;
 }
 
 const DEFAULT_MAX_LAG = 1024;
@@ -81,6 +83,7 @@ export class KvGrpcServer {
     cutOff: 0,
     batchesSent: 0,
     maxLag: 0,
+    queuedBytes: 0,
   };
   #sentByEnded = 0;
 
@@ -138,9 +141,11 @@ export class KvGrpcServer {
   stats(): GrpcStats {
     let sent = this.#sentByEnded;
     let maxLag = 0;
+    let queuedBytes = 0;
     for (const s of this.#subscribers) {
       sent += s.sent;
       maxLag = Math.max(maxLag, s.lag);
+      queuedBytes += s.queuedBytes;
     }
     return {
       ...this.#stats,
@@ -148,6 +153,7 @@ export class KvGrpcServer {
       subscribers: this.#subscribers.size,
       batchesSent: sent,
       maxLag,
+      queuedBytes,
     };
   }
 
@@ -231,8 +237,10 @@ export class KvGrpcServer {
     sub
       .catchUp((from, max) => stream.indexer.replay(from, max, 'smg_proto'))
       .then(
-        () => {
-          if (sub.lag > this.#maxLag) this.#cutOff(sub);
+        (caughtUp) => {
+          if (!caughtUp)
+            this.#cutOff(sub, 'subscriber fell behind the replay log; resubscribe from the last applied seq');
+          else if (sub.lag > this.#maxLag) this.#cutOff(sub);
         },
         (err: unknown) =>
           sub.cut({
@@ -243,11 +251,14 @@ export class KvGrpcServer {
       );
   }
 
-  #cutOff(sub: Subscriber): void {
+  #cutOff(
+    sub: Subscriber,
+    details = `subscriber fell more than ${this.#maxLag} batches behind; resubscribe from the last applied seq`,
+  ): void {
     this.#stats.cutOff++;
     sub.cut({
       code: status.RESOURCE_EXHAUSTED,
-      details: `subscriber fell more than ${this.#maxLag} batches behind; resubscribe from the last applied seq`,
+      details,
       metadata: this.#metadata(),
     });
   }

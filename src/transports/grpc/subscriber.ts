@@ -16,9 +16,10 @@ type Call = ServerWritableStream<Buffer, Buffer>;
 /**
  * One `SubscribeKvEvents` stream. It takes the shared `KvEventBatch` bytes (the same Buffer for
  * every subscriber), keeps them in order in a bounded queue and writes them as fast as the peer
- * reads. A subscription from a seq first catches up from the replay log; live batches arriving
- * meanwhile are held and the ones the replay already covered are skipped, so the peer sees every
- * seq once, in order.
+ * reads. A subscription from a seq first catches up from the replay log, at the peer's pace; live
+ * batches arriving meanwhile are in the log too, so they are not held: the catch-up reads on until
+ * it reaches the log's end and the stream turns live in that same step. The peer sees every seq
+ * once, in order, and only what waits for the peer counts as its lag.
  */
 export class Subscriber {
   readonly #call: Call;
@@ -27,9 +28,6 @@ export class Subscriber {
   /** The next seq this peer needs; `null` until the first live batch (a live subscription). */
   #next: bigint | null;
   #catchingUp = false;
-  /** Live batches that arrived during catch-up. */
-  #held: Array<{ seq: bigint; bytes: Buffer }> = [];
-  #heldHead = 0;
   #queue: Buffer[] = [];
   #head = 0;
   /** The stream is above its high-water mark: wait for `drain`. */
@@ -40,6 +38,8 @@ export class Subscriber {
   #done = false;
   /** Batches handed to the stream. */
   sent = 0;
+  /** Bytes queued here for the peer, not yet handed to the stream. */
+  queuedBytes = 0;
 
   constructor(call: Call, next: bigint | null, maxLag: number, onEnd: (sub: Subscriber) => void) {
     this.#call = call;
@@ -56,9 +56,9 @@ export class Subscriber {
     call.on('error', gone);
   }
 
-  /** Batches waiting for the peer (queued and held). */
+  /** Batches waiting for the peer. */
   get lag(): number {
-    return this.#queue.length - this.#head + this.#held.length - this.#heldHead;
+    return this.#queue.length - this.#head;
   }
 
   get done(): boolean {
@@ -67,42 +67,33 @@ export class Subscriber {
 
   /** Offers a live batch; false when the peer is now further behind than its bound. */
   live(seq: bigint, bytes: Buffer): boolean {
-    if (this.done) return true;
-    if (this.#catchingUp) {
-      this.#held.push({ seq, bytes });
-      // Held batches the replay has already sent are no longer waiting.
-      while (this.#heldHead < this.#held.length && (this.#held[this.#heldHead]?.seq ?? 0n) < (this.#next ?? 0n)) {
-        this.#heldHead++;
-      }
-    } else {
-      this.#enqueue(seq, bytes);
-    }
+    // During a catch-up the batch is in the log, where the catch-up will read it.
+    if (this.done || this.#catchingUp) return true;
+    this.#enqueue(seq, bytes);
     return this.lag <= this.#maxLag;
   }
 
   /**
-   * Sends the log from the subscription's start seq, then what arrived live meanwhile. `read`
-   * returns logged batches from a seq (at most `max`), as `KvEventBatch` bytes.
+   * Sends the log from the subscription's start seq up to its end, as fast as the peer reads, then
+   * turns live. `read` returns logged batches from a seq (at most `max`, the oldest retained when
+   * that seq is gone), as `KvEventBatch` bytes. Resolves `false` if the peer fell so far behind
+   * that the log no longer holds the seq it needs (the caller ends the stream).
    */
-  async catchUp(read: (start: bigint, max: number) => LoggedBatches): Promise<void> {
+  async catchUp(read: (start: bigint, max: number) => LoggedBatches): Promise<boolean> {
     this.#catchingUp = true;
     try {
       while (!this.done) {
-        const got = read(this.#next ?? 1n, REPLAY_CHUNK);
-        if (got.seqs.length === 0) break;
+        const from = this.#next ?? 1n;
+        const got = read(from, REPLAY_CHUNK);
+        if (got.seqs.length === 0) return true;
+        if ((got.seqs[0] as bigint) > from) return false;
         for (let i = 0; i < got.seqs.length; i++) this.#enqueue(got.seqs[i] as bigint, got.payloads[i] as Buffer);
-        if (this.lag > this.#maxLag) return;
         if (this.#blocked) await new Promise<void>((resolve) => (this.#drained = resolve));
       }
+      return true;
     } finally {
       this.#catchingUp = false;
     }
-    for (let i = this.#heldHead; i < this.#held.length && !this.done; i++) {
-      const h = this.#held[i] as { seq: bigint; bytes: Buffer };
-      this.#enqueue(h.seq, h.bytes);
-    }
-    this.#held = [];
-    this.#heldHead = 0;
   }
 
   /** Ends the stream now with `status`, dropping what has not been handed to the stream. */
@@ -110,8 +101,7 @@ export class Subscriber {
     if (this.done) return;
     this.#queue = [];
     this.#head = 0;
-    this.#held = [];
-    this.#heldHead = 0;
+    this.queuedBytes = 0;
     this.#end(status);
   }
 
@@ -125,6 +115,7 @@ export class Subscriber {
   #enqueue(seq: bigint, bytes: Buffer): void {
     if (this.#next !== null && seq < this.#next) return;
     this.#queue.push(bytes);
+    this.queuedBytes += bytes.length;
     this.#next = seq + 1n;
     this.#pump();
   }
@@ -133,6 +124,7 @@ export class Subscriber {
     while (!this.#blocked && this.#head < this.#queue.length && !this.#done) {
       const bytes = this.#queue[this.#head] as Buffer;
       this.#queue[this.#head++] = undefined as unknown as Buffer;
+      this.queuedBytes -= bytes.length;
       this.sent++;
       if (!this.#call.write(bytes)) this.#blocked = true;
     }

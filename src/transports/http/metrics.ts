@@ -71,6 +71,11 @@ export function publisherMetrics(
     () => stats().replay.abandoned,
   );
   counter('kvplane_replay_batches_total', 'Batches sent by ZMQ replay', () => stats().replay.batchesSent);
+  gauge(
+    'kvplane_replay_sessions',
+    'ZMQ replays in progress (each holds at most its send budget)',
+    () => stats().replay.sessions,
+  );
   new Counter({
     name: 'kvplane_recover_requests_total',
     help: '/kv_recover answers, by kind',
@@ -84,6 +89,7 @@ export function publisherMetrics(
   if (grpc) {
     gauge('kvplane_grpc_subscribers', 'Open gRPC SubscribeKvEvents streams', () => grpc().subscribers);
     gauge('kvplane_grpc_max_lag_batches', 'The most batches any gRPC subscriber has waiting', () => grpc().maxLag);
+    gauge('kvplane_grpc_queued_bytes', 'Bytes queued in kvplane for gRPC subscribers', () => grpc().queuedBytes);
     counter('kvplane_grpc_batches_sent_total', 'Batches handed to gRPC subscribers', () => grpc().batchesSent);
     counter(
       'kvplane_grpc_cut_off_total',

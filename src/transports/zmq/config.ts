@@ -6,13 +6,21 @@ import { camelKey } from '../../options.js';
  * names are accepted by `kvEventsConfigFromJson`).
  */
 export interface KvEventsConfig {
-  /** Live stream endpoint. Default `'tcp://*:5557'`. Bound if it has `*`, `::`, `ipc://` or `inproc://`, else connected. */
+  /**
+   * Live stream endpoint. Default `'tcp://*:5557'`. Bound if it has `*`, `::`, `ipc://` or
+   * `inproc://`, else connected (vLLM's rule); `bind:` or `connect:` before the address says which.
+   */
   endpoint?: string;
   /** Replay ROUTER endpoint; none by default (no replay). */
   replayEndpoint?: string | null;
   /** Batches retained for replay and `/kv_recover`. Default 10,000. */
   bufferSteps?: number;
-  /** ZMQ send high-water mark of the live socket, in messages. Default 100,000. */
+  /**
+   * ZMQ send high-water mark of the live socket, per subscriber, in messages. Default 512: about
+   * 64 MiB of full batches (`hwmForBytes(LIVE_SEND_BUDGET_BYTES)`). kvplane's batches carry up to
+   * 1024 events, so vLLM's default of 100,000 messages would let one stalled subscriber hold
+   * gigabytes.
+   */
   hwm?: number;
   /** Events the publish queue holds before it drops (and counts) them. Default 100,000. */
   maxQueueSize?: number;
@@ -20,11 +28,29 @@ export interface KvEventsConfig {
   topic?: string;
 }
 
+/**
+ * Bytes of a full batch, what send HWMs are sized from: 1024 events of a block or two with their
+ * tokens (the simulated engine's batches measure about 115 KiB at 1024 events).
+ */
+export const FULL_BATCH_BYTES = 128 * 1024;
+/** What one live subscriber may hold queued in the publisher. */
+export const LIVE_SEND_BUDGET_BYTES = 64 * 1024 * 1024;
+/** What one replay peer may hold queued in the publisher before its replay waits (then is abandoned). */
+export const REPLAY_SEND_BUDGET_BYTES = 8 * 1024 * 1024;
+
+/**
+ * A send HWM, in messages, holding about `bytes` of full batches. ZMQ counts a socket's queue in
+ * messages, not bytes: the budget holds for batches up to `FULL_BATCH_BYTES`.
+ */
+export function hwmForBytes(bytes: number): number {
+  return Math.max(8, Math.ceil(bytes / FULL_BATCH_BYTES));
+}
+
 export const KV_EVENTS_DEFAULTS = {
   endpoint: 'tcp://*:5557',
   replayEndpoint: null,
   bufferSteps: 10_000,
-  hwm: 100_000,
+  hwm: hwmForBytes(LIVE_SEND_BUDGET_BYTES),
   maxQueueSize: 100_000,
   topic: '',
 } as const satisfies Required<KvEventsConfig>;
@@ -62,8 +88,17 @@ export function kvEventsConfigFromJson(json: Record<string, unknown>): KvEventsC
   return out as KvEventsConfig & { publisher?: string };
 }
 
-/** vLLM's rule: bind when the endpoint is a wildcard or local transport, connect otherwise. */
+/** An endpoint with an explicit mode: `bind:` or `connect:` before the ZMQ address. */
+const MODE = /^(bind|connect):(?=[a-z]+:\/\/)/;
+
+/**
+ * Whether an endpoint is bound. `bind:tcp://127.0.0.1:5557` binds (serving on loopback only) and
+ * `connect:...` connects, whatever the address; otherwise vLLM's rule: bind when the address is a
+ * wildcard or a local transport, connect to anything else.
+ */
 export function shouldBind(endpoint: string): boolean {
+  const mode = MODE.exec(endpoint)?.[1];
+  if (mode !== undefined) return mode === 'bind';
   return (
     endpoint.includes('*') ||
     endpoint.includes('::') ||
@@ -72,18 +107,34 @@ export function shouldBind(endpoint: string): boolean {
   );
 }
 
+/** The ZMQ address of an endpoint, without its `bind:` / `connect:` mode. */
+export function zmqAddress(endpoint: string): string {
+  return endpoint.replace(MODE, '');
+}
+
+/**
+ * Why an endpoint will connect rather than serve, or `null` when it binds: vLLM's rule connects
+ * to a specific address, which is easy to mistake for serving on it.
+ */
+export function connectWarning(endpoint: string): string | null {
+  if (shouldBind(endpoint) || MODE.test(endpoint)) return null;
+  return `${endpoint} will connect to that address, not serve on it (vLLM's rule binds only *, ::, ipc:// and inproc://); write bind:${endpoint} to serve on it, or connect:${endpoint} to silence this`;
+}
+
 /**
  * The endpoint of DP rank `rank`: tcp ports are offset by the rank, inproc names get `_dp{rank}`
- * (rank 0 keeps the endpoint as it is).
+ * (rank 0 keeps the endpoint as it is). A `bind:` / `connect:` mode is kept.
  */
 export function endpointForRank(endpoint: string, rank: number): string {
   if (!Number.isInteger(rank) || rank < 0) invalidArg(`dataParallelRank is ${rank}: a non-negative integer`);
   if (rank === 0) return endpoint;
-  if (endpoint.startsWith('inproc://')) return `${endpoint}_dp${rank}`;
-  if (endpoint.startsWith('tcp://')) {
-    const m = /^(tcp:\/\/.*):(\d+)$/.exec(endpoint);
+  const mode = MODE.exec(endpoint)?.[0] ?? '';
+  const address = zmqAddress(endpoint);
+  if (address.startsWith('inproc://')) return `${mode}${address}_dp${rank}`;
+  if (address.startsWith('tcp://')) {
+    const m = /^(tcp:\/\/.*):(\d+)$/.exec(address);
     if (!m) invalidArg(`endpoint ${endpoint} has no port to offset for DP rank ${rank}`);
-    return `${m[1]}:${Number(m[2]) + rank}`;
+    return `${mode}${m[1]}:${Number(m[2]) + rank}`;
   }
   return endpoint;
 }

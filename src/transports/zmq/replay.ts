@@ -16,13 +16,13 @@ export interface ReplayServerOptions {
 }
 
 const EMPTY = Buffer.alloc(0);
-/** Batches fetched from the log per native call. */
-const CHUNK = 32;
+/** Batches fetched from the log per native call (each session holds one chunk's copies). */
+const CHUNK = 8;
 
 /** Counters of the replay socket. */
 export interface ReplayCounters {
   requests: number;
-  /** Requests that were not `[empty, 8-byte seq]`. */
+  /** Requests that were not `[empty, 8-byte seq]` (answered with the end marker alone). */
   malformed: number;
   /** Replays abandoned: the peer left or stayed full past the send timeout. */
   abandoned: number;
@@ -32,7 +32,7 @@ export interface ReplayCounters {
 /**
  * The replay ROUTER (docs/protocol.md#zmq-replay): for `[identity, "", start]` it sends every retained batch with
  * seq ≥ start as `[identity, "", topic?, seq, payload]`, then the end marker (seq eight 0xff, empty
- * payload). Replies go through ROUTER_MANDATORY, so a full peer is waited for, never silently
+ * payload). A malformed request gets the end marker alone. Replies go through ROUTER_MANDATORY, so a full peer is waited for, never silently
  * skipped; replay runs on its own socket and never holds up the live stream.
  */
 export class ReplayServer {
@@ -67,6 +67,11 @@ export class ReplayServer {
     return server;
   }
 
+  /** Replays in progress (each holds at most its send budget in the socket). */
+  get sessions(): number {
+    return this.#sessions.size;
+  }
+
   /** The endpoint as bound (with the port the OS chose for `:*`). */
   get endpoint(): string {
     return this.#opts.bind ? (this.#router.lastEndpoint ?? this.#opts.endpoint) : this.#opts.endpoint;
@@ -82,7 +87,9 @@ export class ReplayServer {
           (frames.length === 2 && start.length === 8);
         this.counters.requests++;
         if (!wellFormed) {
+          // Every request gets an answer, so a REQ peer is never left waiting: an empty replay.
           this.counters.malformed++;
+          this.#writer.push([id, EMPTY, ...this.#prefix, END_OF_REPLAY, EMPTY]);
           continue;
         }
         const session = this.#replay(id, start.readBigUInt64BE()).finally(() => this.#sessions.delete(session));

@@ -10,9 +10,9 @@ export interface ZmqTransportOptions {
   /** Bind (else connect) the live endpoint. */
   bind: boolean;
   /** Replay ROUTER endpoint, already offset for the DP rank; `null` for no replay. */
-  replay: { endpoint: string; bind: boolean; topicFrame: boolean; sendTimeoutMs: number } | null;
+  replay: { endpoint: string; bind: boolean; topicFrame: boolean; sendTimeoutMs: number; hwm: number } | null;
   topic: string;
-  /** Send high-water mark of both sockets, in messages. */
+  /** Send high-water mark of the live socket, per subscriber, in messages. */
   hwm: number;
 }
 
@@ -62,7 +62,7 @@ export class ZmqTransport {
           topic: Buffer.from(opts.topic, 'utf8'),
           topicFrame: opts.replay.topicFrame,
           sendTimeoutMs: opts.replay.sendTimeoutMs,
-          hwm: opts.hwm,
+          hwm: opts.replay.hwm,
         });
       }
       return new ZmqTransport(stream, pub, replay, opts);
@@ -95,8 +95,9 @@ export class ZmqTransport {
     return this.#sendFailed;
   }
 
-  get replayCounters(): ReplayCounters {
-    return { ...(this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, batchesSent: 0 }) };
+  get replayCounters(): ReplayCounters & { sessions: number } {
+    const counters = this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, batchesSent: 0 };
+    return { ...counters, sessions: this.#replay?.sessions ?? 0 };
   }
 
   /** Resolves once every batch handed to the socket is sent. */
