@@ -118,26 +118,30 @@ describe('kvplane serve --engine sim', () => {
     expect(help.stdout).toMatch(/--engine\s+event source: sim \(/);
   });
 
-  it('runs the default engine (sim) without --engine and stops after --duration with its stats', () => {
+  /** Runs `kvplane serve` without replay or HTTP until `--duration`; its exit code and log lines. */
+  function serveFor(endpoint: string, seconds: number, extra: string[] = []) {
     const r = spawnSync(
       process.execPath,
-      [CLI, 'serve', '--endpoint', 'tcp://127.0.0.1:*', '--replay-endpoint', 'none', '--http-port', 'none'].concat([
-        '--sim-rate',
-        '500',
-        '--duration',
-        '0.5',
+      [CLI, 'serve', '--endpoint', endpoint, '--replay-endpoint', 'none', '--http-port', 'none', '--duration'].concat([
+        String(seconds),
         '--status-interval',
         '10',
+        ...extra,
       ]),
       { encoding: 'utf8', timeout: 15_000 },
     );
-    expect(r.status, r.stderr).toBe(0);
     const lines = r.stdout
       .trim()
       .split('\n')
       .map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(lines.find((l) => l.msg === 'serving')?.engine).toBe('sim');
-    const stopped = lines.find((l) => l.msg === 'stopped') as {
+    return { status: r.status, stderr: r.stderr, lines };
+  }
+
+  it('runs the default engine (sim) without --engine and stops after --duration with its stats', () => {
+    const r = serveFor('tcp://127.0.0.1:*', 0.5, ['--sim-rate', '500']);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.lines.find((l) => l.msg === 'serving')?.engine).toBe('sim');
+    const stopped = r.lines.find((l) => l.msg === 'stopped') as {
       events: number;
       sim: { steps: number; requests: number };
     };
@@ -147,22 +151,9 @@ describe('kvplane serve --engine sim', () => {
   });
 
   it('warns when an endpoint will connect rather than serve, naming the bind: form', () => {
-    const r = spawnSync(
-      process.execPath,
-      [CLI, 'serve', '--endpoint', 'tcp://127.0.0.1:9', '--replay-endpoint', 'none', '--http-port', 'none'].concat([
-        '--duration',
-        '0.2',
-        '--status-interval',
-        '10',
-      ]),
-      { encoding: 'utf8', timeout: 15_000 },
-    );
+    const r = serveFor('tcp://127.0.0.1:9', 0.2);
     expect(r.status, r.stderr).toBe(0);
-    const warn = r.stdout
-      .trim()
-      .split('\n')
-      .map((l) => JSON.parse(l) as Record<string, string>)
-      .find((l) => l.level === 'warn');
+    const warn = r.lines.find((l) => l.level === 'warn');
     expect(warn).toMatchObject({ msg: 'endpoint connects', endpoint: 'tcp://127.0.0.1:9' });
     expect(warn?.detail).toMatch(/write bind:tcp:\/\/127\.0\.0\.1:9 to serve on it/);
   });
