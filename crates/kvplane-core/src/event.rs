@@ -2,7 +2,7 @@
 
 mod view;
 
-pub use view::{EventRef, EventRefs, RemovedView, StoredView};
+pub use view::{EventRef, EventRefs, RemovedView, StoredFields, StoredView};
 
 use crate::codec::value::Value;
 use crate::error::{ErrorCode, KvError, KvResult};

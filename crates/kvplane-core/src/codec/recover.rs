@@ -15,7 +15,7 @@
 use super::json::{write_f64, write_opt_str, write_str};
 use super::msgpack::Writer;
 use super::zmq_msgpack::vllm::{encode_event, encode_stored};
-use crate::event::{Batch, EventRef, KvEvent, RemovedEvent, StoredEvent, StoredView};
+use crate::event::{Batch, EventRef, KvEvent, RemovedEvent, StoredEvent};
 use crate::index::WorkerDump;
 use crate::stream::Recovery;
 
@@ -308,7 +308,7 @@ pub fn to_msgpack(r: &Recovery) -> Vec<u8> {
         w.str("events");
         w.array_len(wd.events.len());
         for e in &wd.events {
-          encode_stored(&StoredView::of(e), &mut w);
+          encode_stored(e, &mut w);
         }
       }
       (*last_seq, *epoch)

@@ -125,6 +125,16 @@ impl<'a> StoredView<'a> {
     }
   }
 
+  /// The whole event this view borrows; `None` for a column event. An encoder can read a whole
+  /// event's fields through `StoredFields` without a branch per field.
+  #[inline]
+  pub fn event(&self) -> Option<&'a StoredEvent> {
+    match self.source {
+      Source::Event(e) => Some(e),
+      Source::Chunk(_) => None,
+    }
+  }
+
   /// The attributes the event shares with the other column events of its chunk (an encoder may
   /// prepare their bytes once per chunk); `None` for a whole event.
   #[inline]
@@ -301,3 +311,77 @@ impl<'a> RemovedView<'a> {
     }
   }
 }
+
+/// A stored event's fields as an encoder reads them, from a whole event (direct reads) or from
+/// a view (a branch per field on where the view's fields come from).
+pub trait StoredFields<'a>: Copy {
+  fn block_hashes(self) -> &'a [u64];
+  fn parent_block_hash(self) -> Option<u64>;
+  fn token_ids(self) -> &'a [u32];
+  fn block_size(self) -> u32;
+  fn lora_id(self) -> Option<i64>;
+  fn lora_name(self) -> Option<&'a str>;
+  fn medium(self) -> Option<&'a str>;
+  fn group_idx(self) -> Option<u32>;
+  fn extra_keys(self) -> Option<&'a Value>;
+  fn kv_cache_spec_kind(self) -> Option<&'a str>;
+  fn kv_cache_spec_sliding_window(self) -> Option<i64>;
+  fn locality(self) -> Option<&'a str>;
+  fn ownership(self) -> Option<&'a str>;
+  fn session_id(self) -> Option<&'a str>;
+  fn lookahead_token_ids(self) -> Option<&'a Value>;
+  fn hash_bytes(self) -> Option<&'a HashBytes>;
+}
+
+/// Implements `StoredFields` by reading each field with `$read` (`|s| expr`).
+macro_rules! stored_fields {
+  ($ty:ty, |$s:ident| { $($name:ident: $out:ty = $get:expr;)* }) => {
+    impl<'a> StoredFields<'a> for $ty {
+      $(
+        #[inline]
+        fn $name(self) -> $out {
+          let $s = self;
+          $get
+        }
+      )*
+    }
+  };
+}
+
+stored_fields!(&'a StoredEvent, |s| {
+  block_hashes: &'a [u64] = &s.block_hashes;
+  parent_block_hash: Option<u64> = s.parent_block_hash;
+  token_ids: &'a [u32] = &s.token_ids;
+  block_size: u32 = s.block_size;
+  lora_id: Option<i64> = s.lora_id;
+  lora_name: Option<&'a str> = s.lora_name.as_deref();
+  medium: Option<&'a str> = s.medium.as_deref();
+  group_idx: Option<u32> = s.group_idx;
+  extra_keys: Option<&'a Value> = s.extra_keys.as_ref();
+  kv_cache_spec_kind: Option<&'a str> = s.kv_cache_spec_kind.as_deref();
+  kv_cache_spec_sliding_window: Option<i64> = s.kv_cache_spec_sliding_window;
+  locality: Option<&'a str> = s.locality.as_deref();
+  ownership: Option<&'a str> = s.ownership.as_deref();
+  session_id: Option<&'a str> = s.session_id.as_deref();
+  lookahead_token_ids: Option<&'a Value> = s.lookahead_token_ids.as_ref();
+  hash_bytes: Option<&'a HashBytes> = s.hash_bytes.as_deref();
+});
+
+stored_fields!(StoredView<'a>, |s| {
+  block_hashes: &'a [u64] = s.block_hashes;
+  parent_block_hash: Option<u64> = s.parent_block_hash;
+  token_ids: &'a [u32] = s.token_ids;
+  block_size: u32 = StoredView::block_size(&s);
+  lora_id: Option<i64> = StoredView::lora_id(&s);
+  lora_name: Option<&'a str> = StoredView::lora_name(&s);
+  medium: Option<&'a str> = StoredView::medium(&s);
+  group_idx: Option<u32> = StoredView::group_idx(&s);
+  extra_keys: Option<&'a Value> = StoredView::extra_keys(&s);
+  kv_cache_spec_kind: Option<&'a str> = StoredView::kv_cache_spec_kind(&s);
+  kv_cache_spec_sliding_window: Option<i64> = StoredView::kv_cache_spec_sliding_window(&s);
+  locality: Option<&'a str> = StoredView::locality(&s);
+  ownership: Option<&'a str> = StoredView::ownership(&s);
+  session_id: Option<&'a str> = StoredView::session_id(&s);
+  lookahead_token_ids: Option<&'a Value> = StoredView::lookahead_token_ids(&s);
+  hash_bytes: Option<&'a HashBytes> = StoredView::hash_bytes(&s);
+});

@@ -128,8 +128,8 @@ pub fn encode_event(e: &EventRef<'_>, w: &mut Writer) {
 fn encode_stored(s: &StoredView<'_>, w: &mut Writer) {
   w.array_len(12);
   w.str("BlockStored");
-  hashes_unsigned(s.block_hashes, block_hash_bytes(s), w);
-  parent_unsigned(s, w);
+  hashes_unsigned(s.block_hashes, block_hash_bytes(*s), w);
+  parent_unsigned(*s, w);
   w.u32_array(s.token_ids);
   w.uint(s.block_size() as u64);
   opt_i64(s.lora_id(), w);

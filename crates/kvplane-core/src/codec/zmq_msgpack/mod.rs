@@ -18,7 +18,7 @@ pub mod vllm;
 pub use decode::{decode_batch, DecodedBatch};
 
 use crate::codec::msgpack::Writer;
-use crate::event::{EventRef, EventRefs, StoredView};
+use crate::event::{EventRef, EventRefs, StoredFields};
 
 /// Writes a batch payload `[ts, [events...], dp_rank]`, each published event by `event`
 /// (`updated`/`created` have no form in these structs and are left out).
@@ -51,9 +51,9 @@ fn hashes_unsigned(ids: &[u64], bytes: Option<&Vec<Vec<u8>>>, w: &mut Writer) {
 }
 
 /// The parent hash as vLLM writes it: a uint64, its byte-string original, or nil.
-fn parent_unsigned(s: &StoredView<'_>, w: &mut Writer) {
+fn parent_unsigned<'a>(s: impl StoredFields<'a>, w: &mut Writer) {
   match (
-    s.parent_block_hash,
+    s.parent_block_hash(),
     s.hash_bytes().and_then(|h| h.parent.as_ref()),
   ) {
     (Some(_), Some(b)) => w.bin(b),
@@ -63,7 +63,7 @@ fn parent_unsigned(s: &StoredView<'_>, w: &mut Writer) {
 }
 
 /// The byte-string originals of a stored event's block hashes, if any.
-fn block_hash_bytes<'a>(s: &StoredView<'a>) -> Option<&'a Vec<Vec<u8>>> {
+fn block_hash_bytes<'a>(s: impl StoredFields<'a>) -> Option<&'a Vec<Vec<u8>>> {
   s.hash_bytes().map(|h| &h.blocks).filter(|b| !b.is_empty())
 }
 

@@ -5,7 +5,7 @@
 use super::prepared::Prepared;
 use super::{block_hash_bytes, frame, hashes_unsigned, opt_i64, parent_unsigned};
 use crate::codec::msgpack::Writer;
-use crate::event::{EventRef, EventRefs, RemovedView, StoredView};
+use crate::event::{EventRef, EventRefs, RemovedView, StoredFields};
 
 /// Declared fields of vLLM's `BlockStored` / `BlockRemoved`, plus the tag.
 pub(super) const VLLM_STORED_DECLARED: usize = 15 + 1;
@@ -15,9 +15,11 @@ pub(super) const VLLM_REMOVED_DECLARED: usize = 5 + 1;
 pub fn encode_batch<'a>(ts: f64, events: impl EventRefs<'a>, dp_rank: Option<i32>, w: &mut Writer) {
   let mut prepared = Prepared::default();
   frame(ts, events, dp_rank, w, |e, w| match e {
-    EventRef::Stored(s) => match s.chunk_attrs() {
-      Some(attrs) => prepared.of(attrs).stored(s, w),
-      None => encode_stored(s, w),
+    EventRef::Stored(s) => match (s.chunk_attrs(), s.event()) {
+      (Some(attrs), _) => prepared.of(attrs).stored(s, w),
+      // A whole event's fields are read directly, not through the view's per-field branches.
+      (None, Some(e)) => encode_stored(e, w),
+      (None, None) => encode_stored(*s, w),
     },
     EventRef::Removed(r) => match r.chunk_attrs() {
       Some(attrs) => prepared.of(attrs).removed(r, w),
@@ -30,7 +32,7 @@ pub fn encode_batch<'a>(ts: f64, events: impl EventRefs<'a>, dp_rank: Option<i32
 /// One event; `updated`/`created` write nothing.
 pub fn encode_event(e: &EventRef<'_>, w: &mut Writer) {
   match e {
-    EventRef::Stored(s) => encode_stored(s, w),
+    EventRef::Stored(s) => encode_stored(*s, w),
     EventRef::Removed(r) => encode_removed(r, w),
     EventRef::Cleared => {
       w.map_len(1);
@@ -41,9 +43,9 @@ pub fn encode_event(e: &EventRef<'_>, w: &mut Writer) {
   }
 }
 
-/// One stored event (tree dumps hold them without the enum).
+/// One stored event, from a whole event or a view (tree dumps hold them without the enum).
 #[inline]
-pub fn encode_stored(s: &StoredView<'_>, w: &mut Writer) {
+pub fn encode_stored<'a>(s: impl StoredFields<'a>, w: &mut Writer) {
   let extra_keys = s.extra_keys();
   let group_idx = s.group_idx();
   let kv_cache_spec_kind = s.kv_cache_spec_kind();
@@ -67,11 +69,11 @@ pub fn encode_stored(s: &StoredView<'_>, w: &mut Writer) {
   w.str("type");
   w.str("BlockStored");
   w.str("block_hashes");
-  hashes_unsigned(s.block_hashes, block_hash_bytes(s), w);
+  hashes_unsigned(s.block_hashes(), block_hash_bytes(s), w);
   w.str("parent_block_hash");
   parent_unsigned(s, w);
   w.str("token_ids");
-  w.u32_array(s.token_ids);
+  w.u32_array(s.token_ids());
   w.str("block_size");
   w.uint(s.block_size() as u64);
   w.str("lora_id");
