@@ -105,6 +105,12 @@ export interface BatchOut {
   events: Array<EventOut>
 }
 
+/**
+ * A first seq above every seq an earlier incarnation can have issued on this clock (the time in
+ * microseconds): what a publisher starts its stream at, so old cursors expire after a restart.
+ */
+export declare function clockFirstSeq(): bigint
+
 /** The optional attributes of a column chunk's events (one object per call, only when set). */
 export interface ColumnAttrsIn {
   medium?: string
@@ -306,6 +312,8 @@ export interface NativeIndexerOptions {
    * "sglang".
    */
   logFormat?: string
+  /** The first batch's seq (default 1; a publisher takes `clockFirstSeq()`). */
+  firstSeq?: bigint
 }
 
 /** Thrown by `panicProbe`: proves a panic surfaces as an error instead of aborting the process. */

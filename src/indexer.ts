@@ -24,6 +24,11 @@ export interface LocalIndexerOptions {
   bufferSteps?: number;
   /** This incarnation's epoch. Default: random. */
   epoch?: bigint;
+  /**
+   * The first batch's seq. Default `1n`; `'clock'` starts above every seq an earlier incarnation
+   * can have issued (microseconds since the Unix epoch), so old cursors expire after a restart.
+   */
+  firstSeq?: bigint | 'clock';
   /** The ZMQ format batches are logged (and replayed) in. Default `'vllm'`. */
   logFormat?: ZmqFormat;
 }
@@ -138,7 +143,17 @@ export class LocalIndexer {
 
   constructor(options: LocalIndexerOptions) {
     if (typeof options !== 'object' || options === null) invalidArg('options must be an object');
-    const { blockSize, workerId, keyBy = 'content', engineHash, retainTokens, bufferSteps, epoch, logFormat } = options;
+    const {
+      blockSize,
+      workerId,
+      keyBy = 'content',
+      engineHash,
+      retainTokens,
+      bufferSteps,
+      epoch,
+      logFormat,
+      firstSeq,
+    } = options;
     this.#blockSize = blockSize;
     this.#epoch = epoch ?? randomEpoch();
     this.#native = callNative(
@@ -152,6 +167,7 @@ export class LocalIndexer {
           bufferSteps,
           epoch: this.#epoch,
           logFormat,
+          firstSeq: firstSeq === 'clock' ? native.clockFirstSeq() : firstSeq,
         }),
     );
   }
@@ -160,7 +176,7 @@ export class LocalIndexer {
     return this.#blockSize;
   }
 
-  /** The newest seq (0 before the first batch). */
+  /** The newest seq (`firstSeq - 1` before the first batch). */
   get lastSeq(): bigint {
     return callNative(() => this.#native.lastSeq);
   }

@@ -41,6 +41,10 @@ export interface KvEventPublisherOptions extends KvEventsConfig {
   retainTokens?: boolean;
   /** This incarnation's epoch. Default: random. */
   epoch?: bigint;
+  /** The first batch's seq. Default `'clock'` (see `KvEventStreamOptions.firstSeq`). */
+  firstSeq?: bigint | 'clock';
+  /** Open the stream with `AllBlocksCleared` for its rank. Default `true`. */
+  openWithClear?: boolean;
 }
 
 export interface PublisherStats {
@@ -96,6 +100,8 @@ export class KvEventPublisher {
       epoch: options.epoch,
       format: options.format,
       maxQueueSize: o.maxQueueSize,
+      firstSeq: options.firstSeq,
+      openWithClear: options.openWithClear,
     });
     try {
       const zmq = await ZmqTransport.create(stream, {

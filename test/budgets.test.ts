@@ -75,7 +75,7 @@ describe('per-consumer byte budgets', () => {
     const steps = 600;
     const node = await serve(['--buffer-steps', String(steps), '--sim-rate', '2000', '--sim-blocks', '65536']);
     const pid = node.proc.pid as number;
-    await until(() => Number(node.status().last_seq ?? 0) >= steps + 40, 'a full replay log');
+    await until(() => Number(node.status().batches ?? 0) >= steps + 40, 'a full replay log');
     await sleep(300);
     const before = rss(pid);
     const peers = Array.from({ length: 8 }, () => {
@@ -99,10 +99,10 @@ describe('per-consumer byte budgets', () => {
     const node = await serve(['--hwm', '64', '--sim-rate', '2000', '--sim-blocks', '65536', '--buffer-steps', '200']);
     const pid = node.proc.pid as number;
     // Past warm-up: the engine's pool and the replay log are full, so the process stops growing by itself.
-    await until(() => Number(node.status().last_seq ?? 0) >= 260, 'a full replay log');
+    await until(() => Number(node.status().batches ?? 0) >= 260, 'a full replay log');
     await sleep(300);
     const before = rss(pid);
-    const seqAtStart = Number(node.status().last_seq);
+    const batchesAtStart = Number(node.status().batches);
     const stalled = new Subscriber({ receiveHighWaterMark: 1, linger: 0 });
     cleanup.push(() => stalled.close());
     stalled.connect(node.serving.endpoint as string);
@@ -113,7 +113,7 @@ describe('per-consumer byte budgets', () => {
       await sleep(100);
       peak = Math.max(peak, rss(pid) - before);
     }
-    const published = Number(node.status().last_seq) - seqAtStart;
+    const published = Number(node.status().batches) - batchesAtStart;
     console.log(`stalled SUB: ${published} batches published, RSS +${(peak / MiB).toFixed(1)} MiB`);
     expect(published).toBeGreaterThan(4 * 64); // far more than the HWM went out meanwhile
     expect(peak).toBeLessThan(64 * 128 * 1024 + 48 * MiB);

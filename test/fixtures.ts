@@ -55,3 +55,9 @@ export function fixtureOptions(f: HashFixture, saltAsId = false): HashBlocksOpti
   if (o.first_block_extra_keys !== undefined) opts.firstBlockExtraKeys = o.first_block_extra_keys.map(extraKey);
   return opts;
 }
+
+/**
+ * Stream options for tests that count seqs from 1 and check every batch's content: no clock-based
+ * first seq and no opening clear (test/restart.test.ts covers those defaults).
+ */
+export const FROM_SEQ_1 = { firstSeq: 1n, openWithClear: false } as const;

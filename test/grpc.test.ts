@@ -24,7 +24,7 @@ import {
   KvHttpServer,
   subscribeDefinition,
 } from '../src/index.js';
-import { repoPath } from './fixtures.js';
+import { FROM_SEQ_1, repoPath } from './fixtures.js';
 
 const LOOPBACK = 'tcp://127.0.0.1:*';
 const cleanup: Array<() => unknown> = [];
@@ -180,7 +180,7 @@ async function node(
   pubOpts: KvEventPublisherOptions = {},
   grpcOpts: Partial<KvGrpcServerOptions> = {},
 ): Promise<{ pub: KvEventPublisher; grpc: KvGrpcServer; address: string }> {
-  const pub = await KvEventPublisher.create({ endpoint: LOOPBACK, replayEndpoint: null, ...pubOpts });
+  const pub = await KvEventPublisher.create({ endpoint: LOOPBACK, replayEndpoint: null, ...FROM_SEQ_1, ...pubOpts });
   cleanup.push(() => pub.close());
   const grpc = await KvGrpcServer.create({ stream: pub.stream, host: '127.0.0.1', ...grpcOpts });
   cleanup.push(() => grpc.close());

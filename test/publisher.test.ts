@@ -19,7 +19,7 @@ import {
   shouldBind,
   zmqAddress,
 } from '../src/index.js';
-import { repoPath } from './fixtures.js';
+import { FROM_SEQ_1, repoPath } from './fixtures.js';
 import { normBatch, sorted } from './normalize.js';
 
 const LOOPBACK = 'tcp://127.0.0.1:*';
@@ -31,7 +31,7 @@ afterEach(async () => {
 });
 
 async function publisher(opts: KvEventPublisherOptions = {}): Promise<KvEventPublisher> {
-  const p = await KvEventPublisher.create({ endpoint: LOOPBACK, replayEndpoint: LOOPBACK, ...opts });
+  const p = await KvEventPublisher.create({ endpoint: LOOPBACK, replayEndpoint: LOOPBACK, ...FROM_SEQ_1, ...opts });
   cleanup.push(() => p.close());
   return p;
 }

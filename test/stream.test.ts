@@ -8,6 +8,7 @@ import {
   KvGrpcServer,
   subscribeDefinition,
 } from '../src/index.js';
+import { FROM_SEQ_1 } from './fixtures.js';
 
 async function until(cond: () => boolean): Promise<void> {
   for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 10));
@@ -29,7 +30,7 @@ function stored(first: number, n: number, parent?: bigint) {
 
 describe('KvEventStream', () => {
   it('hands each consumer the same batches in its own format, encoded once per format, in seq order', async () => {
-    const s = new KvEventStream({ blockSize: BS });
+    const s = new KvEventStream({ blockSize: BS, ...FROM_SEQ_1 });
     const vllm: EncodedBatches[] = [];
     const proto: EncodedBatches[] = [];
     s.consume('vllm', (b) => vllm.push(b));
@@ -64,7 +65,7 @@ describe('KvEventStream', () => {
   });
 
   it('turns queue overflow into a counted drop and a seq gap its consumers see', async () => {
-    const s = new KvEventStream({ blockSize: BS, maxQueueSize: 4 });
+    const s = new KvEventStream({ blockSize: BS, maxQueueSize: 4, ...FROM_SEQ_1 });
     const got: bigint[] = [];
     s.consume(s.logFormat, (b) => got.push(...b.seqs));
     s.publish([stored(1, 1)]);
@@ -84,7 +85,7 @@ describe('KvEventStream', () => {
   });
 
   it('runs close hooks after its last batch and before the index closes, then refuses work with ERR_CLOSED', async () => {
-    const s = new KvEventStream({ blockSize: BS });
+    const s = new KvEventStream({ blockSize: BS, ...FROM_SEQ_1 });
     const got: bigint[] = [];
     s.consume('vllm', (b) => got.push(...b.seqs));
     let seenAtClose: bigint | undefined;
@@ -101,7 +102,7 @@ describe('KvEventStream', () => {
   });
 
   it('serves a bare stream (no ZMQ) to a gRPC subscriber on loopback: replay from seq 1, then live', async () => {
-    const s = new KvEventStream({ blockSize: BS });
+    const s = new KvEventStream({ blockSize: BS, ...FROM_SEQ_1 });
     const log: Buffer[] = [];
     s.consume('vllm', (b) => log.push(...b.payloads));
     s.publish([stored(1, 2)]);

@@ -24,6 +24,16 @@ export interface KvEventStreamOptions {
   bufferSteps?: number;
   /** Events the publish queue holds before it drops. Default: the queue's. */
   maxQueueSize?: number;
+  /**
+   * The first batch's seq. Default `'clock'`: above every seq an earlier incarnation can have
+   * issued, so a cursor from before a restart is always expired (docs/protocol.md#restarts).
+   */
+  firstSeq?: bigint | 'clock';
+  /**
+   * Open the stream with `AllBlocksCleared` for its rank, so a consumer that kept an earlier
+   * incarnation's state drops it. Default `true`.
+   */
+  openWithClear?: boolean;
 }
 
 export interface StreamStats {
@@ -75,6 +85,7 @@ export class KvEventStream {
       bufferSteps: options.bufferSteps,
       epoch: options.epoch,
       logFormat: options.format,
+      firstSeq: options.firstSeq ?? 'clock',
     });
     try {
       this.#queue = new EventQueue(options.maxQueueSize ?? 100_000);
@@ -83,6 +94,7 @@ export class KvEventStream {
       throw err;
     }
     this.#drain = new DrainScheduler(this.indexer, this.#queue, this.dataParallelRank, (out) => this.#published(out));
+    if (options.openWithClear ?? true) this.cleared();
   }
 
   get epoch(): bigint {

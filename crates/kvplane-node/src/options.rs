@@ -27,6 +27,8 @@ pub struct NativeIndexerOptions {
   /// The ZMQ format batches are logged and published in: "vllm" (default), "vllm_legacy",
   /// "sglang".
   pub log_format: Option<String>,
+  /// The first batch's seq (default 1; a publisher takes `clockFirstSeq()`).
+  pub first_seq: Option<BigInt>,
 }
 
 impl TryFrom<&NativeIndexerOptions> for LocalIndexerConfig {
@@ -63,7 +65,15 @@ impl TryFrom<&NativeIndexerOptions> for LocalIndexerConfig {
           .map(Format::parse)
           .transpose()?
           .unwrap_or(Format::Vllm),
+        first_seq: u64_of("firstSeq", &o.first_seq)?.unwrap_or(1),
       },
     })
   }
+}
+
+/// A first seq above every seq an earlier incarnation can have issued on this clock (the time in
+/// microseconds): what a publisher starts its stream at, so old cursors expire after a restart.
+#[napi]
+pub fn clock_first_seq() -> BigInt {
+  BigInt::from(kvplane_core::stream::clock_first_seq())
 }

@@ -252,6 +252,39 @@ fn subscription_cursors_replay_within_the_log_and_expire_outside_it() {
 }
 
 #[test]
+fn a_stream_from_a_later_first_seq_expires_every_earlier_cursor() {
+  let cfg = |first_seq| LocalIndexerConfig {
+    stream: StreamConfig {
+      first_seq,
+      ..Default::default()
+    },
+    ..Default::default()
+  };
+  assert!(LocalIndexer::new(cfg(0)).is_err());
+  assert!(crate::stream::clock_first_seq() > 1_700_000_000_000_000);
+  let mut ix = LocalIndexer::new(cfg(1000)).unwrap();
+  assert_eq!(ix.stream().last_seq(), 999);
+  assert_eq!(ix.stream().cursor(1000), Cursor::Replay(1000));
+  let first = ix.apply_batch(batch(vec![KvEvent::Cleared])).unwrap().seq;
+  assert_eq!(first, 1000);
+  ix.apply_batch(batch(vec![stored(&[1], None)])).unwrap();
+  // A cursor of an earlier incarnation (below 1000) is expired, whatever its value.
+  for old in [1, 7, 999] {
+    assert_eq!(
+      ix.stream().cursor(old),
+      Cursor::Expired {
+        requested: old,
+        oldest: 1000
+      }
+    );
+    assert!(matches!(
+      ix.get_events(Some(old), None),
+      Recovery::TreeDump { last_seq: 1001, .. }
+    ));
+  }
+}
+
+#[test]
 fn a_skipped_seq_is_a_gap_the_log_does_not_bridge() {
   let mut ix = indexer(100);
   ix.publish(vec![stored(&[1], None)], 1.0, None).unwrap();

@@ -29,6 +29,9 @@ pub struct StreamConfig {
   pub epoch: u64,
   /// The ZMQ format batches are logged (and published) in: `Vllm`, `VllmLegacy` or `Sglang`.
   pub log_format: Format,
+  /// The first batch's seq (at least 1). A publisher takes `clock_first_seq()`, so a restarted
+  /// incarnation numbers above every seq an earlier one issued (docs/protocol.md#restarts).
+  pub first_seq: u64,
 }
 
 impl Default for StreamConfig {
@@ -37,8 +40,20 @@ impl Default for StreamConfig {
       buffer_steps: DEFAULT_BUFFER_STEPS,
       epoch: 0,
       log_format: Format::Vllm,
+      first_seq: 1,
     }
   }
+}
+
+/// A first seq above every seq an earlier incarnation on this clock can have issued: the time in
+/// microseconds since the Unix epoch. An incarnation that started at `t0` has issued at most one
+/// seq per batch, and no publisher reaches a million batches per second, so its seqs stay below
+/// `now` (about 2^51 today, far from u64's end).
+pub fn clock_first_seq() -> u64 {
+  let now = std::time::SystemTime::now()
+    .duration_since(std::time::UNIX_EPOCH)
+    .map_or(0, |d| d.as_micros() as u64);
+  now.max(1)
 }
 
 pub struct Stream {
@@ -57,15 +72,21 @@ impl Stream {
         "the replay log holds ZMQ payloads: format vllm, vllm_legacy or sglang",
       ));
     }
+    if cfg.first_seq == 0 || cfg.first_seq > u64::MAX / 2 {
+      return Err(KvError::invalid_arg(format!(
+        "firstSeq {} is out of range: 1..=2^63-1",
+        cfg.first_seq
+      )));
+    }
     Ok(Stream {
       log: ReplayLog::new(cfg.buffer_steps),
+      last_seq: cfg.first_seq - 1,
       cfg,
-      last_seq: 0,
       also: Vec::new(),
     })
   }
 
-  /// The newest seq (0 before the first batch).
+  /// The newest seq (`first_seq - 1` before the first batch).
   pub fn last_seq(&self) -> u64 {
     self.last_seq
   }
