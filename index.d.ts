@@ -347,6 +347,8 @@ export interface RecoveryOut {
   batches?: Array<BatchOut>
   workers?: Array<WorkerDumpOut>
   reason?: string
+  /** `Events` from `/kv_recover` that stop short of the range: the seq to ask for next. */
+  nextStart?: bigint
 }
 
 export interface ReplayOut {

@@ -83,7 +83,7 @@ export interface WorkerEvents {
 
 /** Answers of `getEvents` (docs/protocol.md#http-kv_recover). */
 export type Recovery =
-  | { kind: 'Events'; batches: KvEventBatchOut[]; lastSeq: bigint; epoch: bigint }
+  | { kind: 'Events'; batches: KvEventBatchOut[]; lastSeq: bigint; epoch: bigint; nextStart?: bigint }
   | { kind: 'TreeDump'; workers: WorkerEvents[]; lastSeq: bigint; epoch: bigint }
   | { kind: 'TooNew'; lastSeq: bigint; epoch: bigint }
   | { kind: 'InvalidRange'; reason: string; lastSeq: bigint; epoch: bigint };

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dealer, Subscriber } from 'zeromq';
+import { type KvEvent, KvEventPublisher, KvHttpServer } from '../src/index.js';
 import { repoPath } from './fixtures.js';
 
 const CLI = repoPath('dist/cli.js');
@@ -64,6 +65,23 @@ async function until(cond: () => boolean, what: string, ms = 30_000): Promise<vo
   }
 }
 
+/** Subscribes to argv[1] and, when its stdin ends, prints the largest gap between live batches. */
+const GAP_WATCHER = `
+import { Subscriber } from 'zeromq';
+const sub = new Subscriber({ linger: 0 });
+sub.connect(process.argv[1]);
+sub.subscribe();
+let last, gap = 0, batches = 0;
+process.stdin.on('end', () => { console.log(JSON.stringify({ gap, batches })); process.exit(0); });
+process.stdin.resume();
+for await (const _ of sub) {
+  const now = performance.now();
+  if (last !== undefined) gap = Math.max(gap, now - last);
+  last = now;
+  batches++;
+}
+`;
+
 const seq8 = (n: bigint) => {
   const b = Buffer.alloc(8);
   b.writeBigUInt64BE(n);
@@ -118,4 +136,91 @@ describe('per-consumer byte budgets', () => {
     expect(published).toBeGreaterThan(4 * 64); // far more than the HWM went out meanwhile
     expect(peak).toBeLessThan(64 * 128 * 1024 + 48 * MiB);
   }, 60_000);
+
+  it('/kv_recover of the whole log comes in bounded parts to 4 clients at once while the live stream keeps flowing', async () => {
+    const steps = 600;
+    const node = await serve(
+      ['--buffer-steps', String(steps), '--sim-rate', '2000', '--sim-blocks', '65536'].concat(['--http-port', '0']),
+    );
+    await until(() => Number(node.status().batches ?? 0) >= steps + 20, 'a full replay log');
+    const http = node.serving.http as string;
+    // The live subscriber runs in its own process, so this one parsing answers cannot delay it.
+    const watcher = spawn(process.execPath, [
+      '--input-type=module',
+      '-e',
+      GAP_WATCHER,
+      node.serving.endpoint as string,
+    ]);
+    const watched = new Promise<{ gap: number; batches: number }>((resolve) =>
+      createInterface({ input: watcher.stdout as NodeJS.ReadableStream }).once('line', (l) => resolve(JSON.parse(l))),
+    );
+    cleanup.push(() => watcher.kill());
+    await sleep(500);
+    const health = (await (await fetch(`${http}/healthz`)).json()) as { oldest_seq: number };
+    // Ahead of the oldest batch: the log keeps turning over while the clients read it.
+    const from = BigInt(health.oldest_seq) + 150n;
+    // Four clients ask for the whole log at once, each following next_start to the end.
+    const statuses: number[] = [];
+    const client = async () => {
+      let start = from;
+      let seqs = 0;
+      for (;;) {
+        const r = await fetch(`${http}/kv_recover?start=${start}`);
+        statuses.push(r.status);
+        if (r.status === 429) {
+          expect(r.headers.get('retry-after')).toBe('1');
+          await sleep(50);
+          continue;
+        }
+        const body = JSON.parse(await r.text()) as { Events: { batches: unknown[]; next_start?: number } };
+        expect(Object.keys(body), `answer to start=${start}`).toEqual(['Events']);
+        expect(body.Events.batches.length).toBeLessThanOrEqual(64);
+        seqs += body.Events.batches.length;
+        if (body.Events.next_start === undefined) return seqs;
+        start = BigInt(body.Events.next_start);
+      }
+    };
+    const got = await Promise.all([client(), client(), client(), client()]);
+    watcher.stdin?.end();
+    const { gap: largestGap, batches: liveBatches } = await watched;
+    console.log(
+      `recover storm: ${statuses.length} requests, ${statuses.filter((s) => s === 429).length} refused, largest live gap ${largestGap.toFixed(0)} ms over ${liveBatches} batches`,
+    );
+    for (const n of got) expect(n).toBeGreaterThanOrEqual(steps - 150);
+    expect(statuses.filter((s) => s === 200).length).toBeGreaterThanOrEqual(4 * Math.ceil((steps - 150) / 64));
+    expect(statuses.every((s) => s === 200 || s === 429)).toBe(true);
+    expect(liveBatches).toBeGreaterThan(10);
+    expect(largestGap).toBeLessThan(250);
+  }, 60_000);
+
+  it('refuses /kv_recover beyond its concurrency with 429 and Retry-After, and counts it', async () => {
+    const pub = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null });
+    cleanup.push(() => pub.close());
+    // A large index, so each TreeDump takes a while.
+    for (let b = 0; b < 64; b++) {
+      const events: KvEvent[] = Array.from({ length: 1024 }, (_, i) => ({
+        type: 'stored',
+        blockHashes: [BigInt(b * 4096 + i * 4 + 1), BigInt(b * 4096 + i * 4 + 2)],
+        parentBlockHash: null,
+        tokenIds: new Uint32Array(32).fill(i),
+        blockSize: 16,
+      }));
+      pub.publish(events);
+    }
+    await pub.flush();
+    const http = await KvHttpServer.create({ publisher: pub, maxConcurrentRecovers: 1 });
+    cleanup.push(() => http.close());
+    const answers = await Promise.all(Array.from({ length: 4 }, () => fetch(`${http.url}/kv_recover`)));
+    const refused = answers.filter((r) => r.status === 429);
+    expect(refused.length).toBeGreaterThanOrEqual(1);
+    expect(answers.filter((r) => r.status === 200).length).toBeGreaterThanOrEqual(1);
+    for (const r of refused) {
+      expect(r.headers.get('retry-after')).toBe('1');
+      expect(await r.json()).toMatchObject({ error: expect.stringMatching(/too many/) });
+    }
+    const metrics = await (await fetch(`${http.url}/metrics`)).text();
+    expect(metrics).toMatch(
+      new RegExp(`^kvplane_recover_requests_total\\{answer="Refused"\\} ${refused.length}$`, 'm'),
+    );
+  });
 });

@@ -28,6 +28,8 @@ pub struct RecoveryOut {
   pub batches: Option<Vec<BatchOut>>,
   pub workers: Option<Vec<WorkerDumpOut>>,
   pub reason: Option<String>,
+  /// `Events` from `/kv_recover` that stop short of the range: the seq to ask for next.
+  pub next_start: Option<BigInt>,
 }
 
 #[napi(object)]
@@ -96,6 +98,7 @@ pub fn recovery_out(r: Recovery) -> RecoveryOut {
     batches: None,
     workers: None,
     reason: None,
+    next_start: None,
   };
   out.kind = r.kind().to_string();
   let (last_seq, epoch) = match r {
@@ -103,8 +106,10 @@ pub fn recovery_out(r: Recovery) -> RecoveryOut {
       batches,
       last_seq,
       epoch,
+      next_start,
     } => {
       out.batches = Some(batches.iter().map(batch_out).collect());
+      out.next_start = next_start.map(BigInt::from);
       (last_seq, epoch)
     }
     Recovery::TreeDump {

@@ -4,8 +4,8 @@ import type { GrpcStats } from '../grpc/server.js';
 
 const INDEX_DROPS = ['unknown_parent', 'unknown_removed', 'duplicate_store', 'unsupported_layout'] as const;
 
-/** Recovery answers served over HTTP, by kind. */
-export type RecoverCounts = Record<'Events' | 'TreeDump' | 'TooNew' | 'InvalidRange', number>;
+/** Recovery answers served over HTTP, by kind, and requests refused (429) while others ran. */
+export type RecoverCounts = Record<'Events' | 'TreeDump' | 'TooNew' | 'InvalidRange' | 'Refused', number>;
 
 /**
  * Prometheus metrics of a publisher, read from its counters at scrape time (nothing is counted

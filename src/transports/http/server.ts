@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { RecoverAnswer } from '../../indexer.js';
 import type { KvEventPublisher } from '../../publisher.js';
 import type { SourceHealth } from '../../sources/source.js';
 import { bearerMatches } from '../auth.js';
@@ -26,6 +27,11 @@ export interface KvHttpServerOptions {
   authToken?: string;
   /** The node's gRPC server, for its figures in `/metrics` and `/healthz`. */
   grpc?: KvGrpcServer | null;
+  /**
+   * `/kv_recover` answers computed at once (each takes a worker thread of the pool the drains
+   * also use); more are refused with 429 and `Retry-After`. Default 2.
+   */
+  maxConcurrentRecovers?: number;
 }
 
 /** JSON with bigints written as exact integers. */
@@ -46,7 +52,9 @@ export class KvHttpServer {
   readonly #sources: readonly SourceInfo[];
   readonly #token: string | undefined;
   readonly #grpc: KvGrpcServer | null;
-  readonly #recover: RecoverCounts = { Events: 0, TreeDump: 0, TooNew: 0, InvalidRange: 0 };
+  readonly #recover: RecoverCounts = { Events: 0, TreeDump: 0, TooNew: 0, InvalidRange: 0, Refused: 0 };
+  readonly #maxRecovering: number;
+  #recovering = 0;
   readonly #metrics;
 
   private constructor(server: Server, opts: KvHttpServerOptions) {
@@ -55,6 +63,7 @@ export class KvHttpServer {
     this.#sources = opts.sources ?? [];
     this.#token = opts.authToken;
     this.#grpc = opts.grpc ?? null;
+    this.#maxRecovering = opts.maxConcurrentRecovers ?? 2;
     const grpc = this.#grpc;
     this.#metrics = publisherMetrics(opts.publisher, this.#recover, grpc ? () => grpc.stats() : undefined);
   }
@@ -112,14 +121,21 @@ export class KvHttpServer {
   }
 
   async #kvRecover(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
+    if (this.#recovering >= this.#maxRecovering) {
+      this.#recover.Refused++;
+      res.setHeader('retry-after', '1');
+      return this.#send(res, 429, 'application/json', '{"error":"too many /kv_recover requests at once; retry"}');
+    }
     const format = url.searchParams.get('format');
     const msgpack = format === 'msgpack' || (format === null && /application\/msgpack/.test(req.headers.accept ?? ''));
     const param = (name: string) => url.searchParams.get(name) ?? undefined;
-    const answer = await this.#publisher.indexer.recoverQuery(
-      param('start'),
-      param('end'),
-      msgpack ? 'msgpack' : 'json',
-    );
+    this.#recovering++;
+    let answer: RecoverAnswer;
+    try {
+      answer = await this.#publisher.indexer.recoverQuery(param('start'), param('end'), msgpack ? 'msgpack' : 'json');
+    } finally {
+      this.#recovering--;
+    }
     this.#recover[answer.kind]++;
     this.#send(
       res,

@@ -1,7 +1,7 @@
 //! `/kv_recover` answers (docs/protocol.md#http-kv_recover) as JSON or msgpack, externally tagged:
 //!
 //! ```text
-//! {"Events":       {"batches": [{"seq", "ts", "dp_rank", "events": [...]}], "last_seq", "epoch"}}
+//! {"Events":       {"batches": [{"seq", "ts", "dp_rank", "events": [...]}], "next_start"?, "last_seq", "epoch"}}
 //! {"TreeDump":     {"workers": [{"worker_id", "dp_rank", "events": [...]}], "last_seq", "epoch"}}
 //! {"TooNew":       {"last_seq", "epoch"}}
 //! {"InvalidRange": {"reason", "last_seq", "epoch"}}
@@ -205,6 +205,7 @@ pub fn to_json(r: &Recovery) -> String {
       batches,
       last_seq,
       epoch,
+      next_start,
     } => {
       out.push_str("{\"Events\":{\"batches\":[");
       for (i, b) in batches.iter().enumerate() {
@@ -214,6 +215,10 @@ pub fn to_json(r: &Recovery) -> String {
         batch_json(b, &mut out);
       }
       out.push(']');
+      if let Some(n) = next_start {
+        key(&mut out, "next_start");
+        push_u64(&mut out, *n);
+      }
       tail_json(*last_seq, *epoch, &mut out);
     }
     Recovery::TreeDump {
@@ -266,9 +271,14 @@ pub fn to_msgpack(r: &Recovery) -> Vec<u8> {
       batches,
       last_seq,
       epoch,
+      next_start,
     } => {
       w.str("Events");
-      w.map_len(3);
+      w.map_len(3 + usize::from(next_start.is_some()));
+      if let Some(n) = next_start {
+        w.str("next_start");
+        w.uint(*n);
+      }
       w.str("batches");
       w.array_len(batches.len());
       for b in batches {

@@ -4,18 +4,25 @@ use super::LocalIndexer;
 use crate::codec::recover::parse_range;
 use crate::stream::Recovery;
 
+/// Batches one `/kv_recover` `Events` answer carries at most (about 7 MiB of msgpack at full
+/// batches); a longer range is answered in parts, each naming its `next_start`.
+pub const RECOVER_BATCHES_PER_ANSWER: usize = 64;
+
 impl LocalIndexer {
   /// `Events`, `TreeDump`, `TooNew` or `InvalidRange` for `start..=end`
   /// (docs/protocol.md#http-kv_recover).
   pub fn get_events(&self, start: Option<u64>, end: Option<u64>) -> Recovery {
-    self.stream.recover(start, end, || self.index.dump())
+    self.stream.recover(start, end, None, || self.index.dump())
   }
 
-  /// `get_events` for the raw `start` / `end` parameters of a `/kv_recover` query (decimal u64s,
-  /// either absent); malformed ones are `InvalidRange`.
+  /// The `/kv_recover` answer for its raw `start` / `end` parameters (decimal u64s, either
+  /// absent; malformed ones are `InvalidRange`): `get_events`, with at most
+  /// `RECOVER_BATCHES_PER_ANSWER` batches.
   pub fn recover_query(&self, start: Option<&str>, end: Option<&str>) -> Recovery {
     match parse_range(start, end) {
-      Ok((s, e)) => self.get_events(s, e),
+      Ok((s, e)) => self
+        .stream
+        .recover(s, e, Some(RECOVER_BATCHES_PER_ANSWER), || self.index.dump()),
       Err(reason) => self.stream.invalid_range(reason),
     }
   }

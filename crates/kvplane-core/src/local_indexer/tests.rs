@@ -54,6 +54,7 @@ fn answers_events_from_the_log_and_a_tree_dump_before_it() {
       batches,
       last_seq,
       epoch,
+      next_start: None,
     } => {
       assert_eq!(
         batches.iter().map(|b| b.seq).collect::<Vec<_>>(),
@@ -282,6 +283,44 @@ fn a_stream_from_a_later_first_seq_expires_every_earlier_cursor() {
       Recovery::TreeDump { last_seq: 1001, .. }
     ));
   }
+}
+
+#[test]
+fn kv_recover_answers_a_long_range_in_bounded_parts() {
+  let mut ix = indexer(1000);
+  let n = super::recover::RECOVER_BATCHES_PER_ANSWER as u64 * 2 + 10;
+  for h in 1..=n {
+    ix.apply_batch(batch(vec![stored(&[h], None)])).unwrap();
+  }
+  let mut start = 1;
+  let mut seen = Vec::new();
+  let mut parts = 0;
+  loop {
+    parts += 1;
+    match ix.recover_query(Some(&start.to_string()), None) {
+      Recovery::Events {
+        batches,
+        next_start,
+        ..
+      } => {
+        assert!(batches.len() <= super::recover::RECOVER_BATCHES_PER_ANSWER);
+        seen.extend(batches.iter().map(|b| b.seq));
+        match next_start {
+          Some(next) => start = next,
+          None => break,
+        }
+      }
+      other => panic!("expected Events, got {other:?}"),
+    }
+  }
+  assert_eq!(parts, 3);
+  assert_eq!(seen, (1..=n).collect::<Vec<_>>());
+  let json = codec::recover::to_json(&ix.recover_query(Some("1"), Some("70")));
+  assert!(json.contains("\"next_start\":65,\"last_seq\""), "{json}");
+  // The API's get_events is not bounded.
+  assert!(
+    matches!(ix.get_events(Some(1), None), Recovery::Events { ref batches, next_start: None, .. } if batches.len() as u64 == n)
+  );
 }
 
 #[test]

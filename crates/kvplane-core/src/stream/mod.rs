@@ -221,10 +221,13 @@ impl Stream {
   /// The recovery answer for `start..=end` (docs/protocol.md#http-kv_recover): `Events` from the
   /// log, `TreeDump` (built by `dump`, a consistent cut of the index) when `start` is older than
   /// the log or absent, `TooNew` past the newest batch, `InvalidRange` when `end < start`.
+  /// At most `max_batches` batches per `Events` answer when given (`next_start` then says where
+  /// to continue), so one request never holds the log's lock for the whole log.
   pub fn recover(
     &self,
     start: Option<u64>,
     end: Option<u64>,
+    max_batches: Option<usize>,
     dump: impl FnOnce() -> Vec<WorkerDump>,
   ) -> Recovery {
     let (last_seq, epoch) = (self.last_seq, self.cfg.epoch);
@@ -250,9 +253,11 @@ impl Stream {
     match self.log.oldest_seq() {
       Some(oldest) if start >= oldest => {
         let end = end.unwrap_or(last_seq).min(last_seq);
+        let bounded =
+          max_batches.map_or(end, |m| end.min(start.saturating_add(m.max(1) as u64 - 1)));
         let batches = self
           .log
-          .range(start, end)
+          .range(start, bounded)
           .iter()
           .map(|l| self.decode_logged(l))
           .collect();
@@ -260,6 +265,7 @@ impl Stream {
           batches,
           last_seq,
           epoch,
+          next_start: (bounded < end).then_some(bounded + 1),
         }
       }
       _ => Recovery::TreeDump {

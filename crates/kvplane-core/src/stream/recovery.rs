@@ -6,11 +6,13 @@ use crate::index::WorkerDump;
 /// The answer to a recovery request for `start..=end`.
 #[derive(Debug, Clone)]
 pub enum Recovery {
-  /// The range is in the log: batches `start..=min(end, last_seq)`.
+  /// The range is in the log: batches `start..=min(end, last_seq)`, or the first of them when
+  /// the answer is bounded, with `next_start` the seq to ask for next.
   Events {
     batches: Vec<Batch>,
     last_seq: u64,
     epoch: u64,
+    next_start: Option<u64>,
   },
   /// `start` is older than the log (or absent): the whole index, as of `last_seq`.
   TreeDump {
