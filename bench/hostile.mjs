@@ -11,6 +11,7 @@
 //   npm run build && node bench/hostile.mjs             # 60 s
 //   node bench/hostile.mjs --seconds 20                 # shorter
 //   node bench/hostile.mjs --soak                       # 30 min: RSS after minute 5 vs the end
+//   node bench/hostile.mjs --only grpc,recover          # some attackers: replay, sub, recover, grpc
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -23,6 +24,8 @@ const args = process.argv.slice(2);
 const soak = args.includes('--soak');
 const secondsAt = args.indexOf('--seconds');
 const seconds = secondsAt >= 0 ? Number(args[secondsAt + 1]) : soak ? 1800 : 60;
+const onlyAt = args.indexOf('--only');
+const attackers = new Set(onlyAt >= 0 ? args[onlyAt + 1].split(',') : ['replay', 'sub', 'recover', 'grpc']);
 const CLI = fileURLToPath(new URL('../dist/cli.js', import.meta.url));
 const MiB = 1024 * 1024;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -101,7 +104,7 @@ const seqFrame = (n) => {
   b.writeBigUInt64BE(n);
   return b;
 };
-for (let i = 0; i < 8; i++) {
+for (let i = 0; i < (attackers.has('replay') ? 8 : 0); i++) {
   const d = new Dealer({ receiveHighWaterMark: 1, linger: 0 });
   d.connect(serving.replay_endpoint);
   sockets.push(d);
@@ -115,14 +118,16 @@ for (let i = 0; i < 8; i++) {
 }
 
 // 1 live SUB that never reads.
-const stalled = new Subscriber({ receiveHighWaterMark: 1, linger: 0 });
-stalled.connect(serving.endpoint);
-stalled.subscribe();
-sockets.push(stalled);
+if (attackers.has('sub')) {
+  const stalled = new Subscriber({ receiveHighWaterMark: 1, linger: 0 });
+  stalled.connect(serving.endpoint);
+  stalled.subscribe();
+  sockets.push(stalled);
+}
 
 // 4 clients walking the whole log through /kv_recover.
 const recover = { parts: 0, refused: 0, walks: 0 };
-for (let i = 0; i < 4; i++) {
+for (let i = 0; i < (attackers.has('recover') ? 4 : 0); i++) {
   void (async () => {
     while (running) {
       let start = BigInt((await (await fetch(`${http}/healthz`)).json()).oldest_seq ?? 1);
@@ -153,7 +158,7 @@ for (let i = 0; i < 4; i++) {
 // 32 gRPC streams that never read.
 const Client = makeGenericClientConstructor(subscribeDefinition('vllm.grpc.engine.VllmEngine'), 'kv');
 const grpcCalls = [];
-for (let i = 0; i < 32; i++) {
+for (let i = 0; i < (attackers.has('grpc') ? 32 : 0); i++) {
   const client = new Client(`127.0.0.1:${serving.grpc_port}`, credentials.createInsecure());
   const call = client.SubscribeKvEvents(encodeSubscribeRequest(0n));
   call.on('error', () => {});
@@ -189,6 +194,7 @@ node.kill('SIGTERM');
 
 const growth = peak - rss0 - Math.max(0, log1 - log0);
 const result = {
+  attackers: [...attackers].join(','),
   seconds,
   events_per_sec: Math.round(end.events / ((Date.now() - t0) / 1000 + 5.5)),
   rss_start_mib: +(rss0 / MiB).toFixed(1),

@@ -174,7 +174,7 @@ describe('per-consumer byte budgets', () => {
         }
         const body = JSON.parse(await r.text()) as { Events: { batches: unknown[]; next_start?: number } };
         expect(Object.keys(body), `answer to start=${start}`).toEqual(['Events']);
-        expect(body.Events.batches.length).toBeLessThanOrEqual(64);
+        expect(body.Events.batches.length).toBeLessThanOrEqual(16);
         seqs += body.Events.batches.length;
         if (body.Events.next_start === undefined) return seqs;
         start = BigInt(body.Events.next_start);
@@ -187,7 +187,7 @@ describe('per-consumer byte budgets', () => {
       `recover storm: ${statuses.length} requests, ${statuses.filter((s) => s === 429).length} refused, largest live gap ${largestGap.toFixed(0)} ms over ${liveBatches} batches`,
     );
     for (const n of got) expect(n).toBeGreaterThanOrEqual(steps - 150);
-    expect(statuses.filter((s) => s === 200).length).toBeGreaterThanOrEqual(4 * Math.ceil((steps - 150) / 64));
+    expect(statuses.filter((s) => s === 200).length).toBeGreaterThanOrEqual(4 * Math.ceil((steps - 150) / 16));
     expect(statuses.every((s) => s === 200 || s === 429)).toBe(true);
     expect(liveBatches).toBeGreaterThan(10);
     expect(largestGap).toBeLessThan(250);

@@ -4,9 +4,10 @@ use super::LocalIndexer;
 use crate::codec::recover::parse_range;
 use crate::stream::Recovery;
 
-/// Batches one `/kv_recover` `Events` answer carries at most (about 7 MiB of msgpack at full
-/// batches); a longer range is answered in parts, each naming its `next_start`.
-pub const RECOVER_BATCHES_PER_ANSWER: usize = 64;
+/// Batches one `/kv_recover` `Events` answer carries at most (about 2 MiB of msgpack at full
+/// batches; each part holds the publisher's lock while its batches are decoded); a longer range
+/// is answered in parts, each naming its `next_start`.
+pub const RECOVER_BATCHES_PER_ANSWER: usize = 16;
 
 impl LocalIndexer {
   /// `Events`, `TreeDump`, `TooNew` or `InvalidRange` for `start..=end`
