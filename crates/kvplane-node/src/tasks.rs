@@ -7,7 +7,7 @@ use crate::outputs::{published_out, recovery_out, PublishedOut, RecoverAnswer, R
 use kvplane_core::codec::recover;
 use kvplane_core::local_indexer::{Drained, LocalIndexer};
 use kvplane_core::stream::queue::Taken;
-use kvplane_core::stream::Recovery;
+use kvplane_core::stream::{Recovery, RecoveryCut};
 use kvplane_core::{ErrorCode, KvError, KvResult};
 use napi::bindgen_prelude::*;
 use std::sync::{Arc, Mutex};
@@ -92,8 +92,8 @@ impl CoreWork for Dump {
   }
 }
 
-/// A `/kv_recover` answer: taken under the lock (a dump is a consistent cut), then encoded
-/// without it.
+/// A `/kv_recover` answer: taken under the lock (a dump is a consistent cut; an `Events` part
+/// as the log's shared bytes), then decoded and encoded without it.
 pub struct Recover {
   pub inner: Shared,
   pub range: RecoverRange,
@@ -111,12 +111,13 @@ impl CoreWork for Recover {
   type JsValue = RecoverAnswer;
 
   fn run(&mut self) -> KvResult<Self::Output> {
-    let answer = with(&self.inner, |ix| {
+    let cut = with(&self.inner, |ix| {
       Ok(match &self.range {
-        RecoverRange::Seqs(s, e) => ix.get_events(*s, *e),
-        RecoverRange::Query(s, e) => ix.recover_query(s.as_deref(), e.as_deref()),
+        RecoverRange::Seqs(s, e) => RecoveryCut::Done(ix.get_events(*s, *e)),
+        RecoverRange::Query(s, e) => ix.recover_query_cut(s.as_deref(), e.as_deref()),
       })
     })?;
+    let answer = cut.finish();
     let body = if self.msgpack {
       recover::to_msgpack(&answer)
     } else {

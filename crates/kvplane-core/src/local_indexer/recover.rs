@@ -2,7 +2,7 @@
 
 use super::LocalIndexer;
 use crate::codec::recover::parse_range;
-use crate::stream::Recovery;
+use crate::stream::{Recovery, RecoveryCut};
 
 /// Batches one `/kv_recover` `Events` answer carries at most (about 2 MiB of msgpack at full
 /// batches; each part holds the publisher's lock while its batches are decoded); a longer range
@@ -20,11 +20,17 @@ impl LocalIndexer {
   /// absent; malformed ones are `InvalidRange`): `get_events`, with at most
   /// `RECOVER_BATCHES_PER_ANSWER` batches.
   pub fn recover_query(&self, start: Option<&str>, end: Option<&str>) -> Recovery {
+    self.recover_query_cut(start, end).finish()
+  }
+
+  /// `recover_query` as taken under the lock: an `Events` answer's batches are decoded by
+  /// `RecoveryCut::finish` after it is released, so a part never holds up publishing.
+  pub fn recover_query_cut(&self, start: Option<&str>, end: Option<&str>) -> RecoveryCut {
     match parse_range(start, end) {
       Ok((s, e)) => self
         .stream
-        .recover(s, e, Some(RECOVER_BATCHES_PER_ANSWER), || self.index.dump()),
-      Err(reason) => self.stream.invalid_range(reason),
+        .recover_cut(s, e, Some(RECOVER_BATCHES_PER_ANSWER), || self.index.dump()),
+      Err(reason) => RecoveryCut::Done(self.stream.invalid_range(reason)),
     }
   }
 

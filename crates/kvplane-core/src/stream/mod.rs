@@ -12,7 +12,7 @@ mod recovery;
 
 pub use cursor::Cursor;
 pub use encodings::Encodings;
-pub use recovery::Recovery;
+pub use recovery::{Recovery, RecoveryCut};
 
 use crate::codec::{self, Dialect, Format};
 use crate::error::{KvError, KvResult};
@@ -195,7 +195,10 @@ impl Stream {
       .into_iter()
       .map(|l| Logged {
         seq: l.seq,
-        payload: Arc::new(codec::encode(&self.decode_logged(&l), format)),
+        payload: Arc::new(codec::encode(
+          &recovery::decode_logged(&l, self.log_dialect()),
+          format,
+        )),
       })
       .collect()
   }
@@ -230,49 +233,70 @@ impl Stream {
     max_batches: Option<usize>,
     dump: impl FnOnce() -> Vec<WorkerDump>,
   ) -> Recovery {
-    let (last_seq, epoch) = (self.last_seq, self.cfg.epoch);
-    if let (Some(s), Some(e)) = (start, end) {
-      if e < s {
-        return Recovery::InvalidRange {
-          reason: format!("end {e} < start {s}"),
-          last_seq,
-          epoch,
-        };
-      }
-    }
-    let Some(start) = start else {
-      return Recovery::TreeDump {
-        workers: dump(),
-        last_seq,
-        epoch,
-      };
-    };
-    if start > last_seq {
-      return Recovery::TooNew { last_seq, epoch };
-    }
-    match self.log.oldest_seq() {
-      Some(oldest) if start >= oldest => {
+    self.recover_cut(start, end, max_batches, dump).finish()
+  }
+
+  /// `recover`, with an `Events` answer's batches left as the log's shared bytes: what a caller
+  /// holding the publisher's lock takes, decoding them (`RecoveryCut::finish`) after releasing it.
+  pub fn recover_cut(
+    &self,
+    start: Option<u64>,
+    end: Option<u64>,
+    max_batches: Option<usize>,
+    dump: impl FnOnce() -> Vec<WorkerDump>,
+  ) -> RecoveryCut {
+    RecoveryCut::Done(match self.recover_outside_log(start, end, dump) {
+      Ok(done) => done,
+      Err(start) => {
+        let last_seq = self.last_seq;
         let end = end.unwrap_or(last_seq).min(last_seq);
         let bounded =
           max_batches.map_or(end, |m| end.min(start.saturating_add(m.max(1) as u64 - 1)));
-        let batches = self
-          .log
-          .range(start, bounded)
-          .iter()
-          .map(|l| self.decode_logged(l))
-          .collect();
-        Recovery::Events {
-          batches,
+        return RecoveryCut::Logged {
+          logged: self.log.range(start, bounded).to_vec(),
+          dialect: self.log_dialect(),
+          last_seq,
+          epoch: self.cfg.epoch,
+          next_start: (bounded < end).then_some(bounded + 1),
+        };
+      }
+    })
+  }
+
+  /// Every answer but `Events`; `Err(start)` when the range is in the log.
+  fn recover_outside_log(
+    &self,
+    start: Option<u64>,
+    end: Option<u64>,
+    dump: impl FnOnce() -> Vec<WorkerDump>,
+  ) -> Result<Recovery, u64> {
+    let (last_seq, epoch) = (self.last_seq, self.cfg.epoch);
+    if let (Some(s), Some(e)) = (start, end) {
+      if e < s {
+        return Ok(Recovery::InvalidRange {
+          reason: format!("end {e} < start {s}"),
           last_seq,
           epoch,
-          next_start: (bounded < end).then_some(bounded + 1),
-        }
+        });
       }
-      _ => Recovery::TreeDump {
+    }
+    let Some(start) = start else {
+      return Ok(Recovery::TreeDump {
         workers: dump(),
         last_seq,
         epoch,
-      },
+      });
+    };
+    if start > last_seq {
+      return Ok(Recovery::TooNew { last_seq, epoch });
+    }
+    match self.log.oldest_seq() {
+      Some(oldest) if start >= oldest => Err(start),
+      _ => Ok(Recovery::TreeDump {
+        workers: dump(),
+        last_seq,
+        epoch,
+      }),
     }
   }
 
@@ -285,17 +309,11 @@ impl Stream {
     }
   }
 
-  /// A logged batch, decoded, with its seq.
-  fn decode_logged(&self, l: &Logged) -> Batch {
-    let dialect = match self.cfg.log_format {
+  /// The dialect the log's batches decode with.
+  fn log_dialect(&self) -> Dialect {
+    match self.cfg.log_format {
       Format::Sglang => Dialect::Sglang,
       _ => Dialect::Vllm,
-    };
-    let mut b = codec::decode(&l.payload, dialect)
-      .expect("the log holds batches this stream encoded")
-      .batches
-      .remove(0);
-    b.seq = l.seq;
-    b
+    }
   }
 }

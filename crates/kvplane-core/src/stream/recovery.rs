@@ -1,5 +1,7 @@
 //! The answer to a recovery request (docs/protocol.md#http-kv_recover).
 
+use super::log::Logged;
+use crate::codec::{self, Dialect};
 use crate::event::Batch;
 use crate::index::WorkerDump;
 
@@ -40,4 +42,49 @@ impl Recovery {
       Recovery::InvalidRange { .. } => "InvalidRange",
     }
   }
+}
+
+/// A recovery answer as taken under the publisher's lock: finished, or `Events` whose batches are
+/// still the log's bytes (shared, not copied), decoded by `finish` after the lock is released.
+#[derive(Debug)]
+pub enum RecoveryCut {
+  Done(Recovery),
+  Logged {
+    logged: Vec<Logged>,
+    dialect: Dialect,
+    last_seq: u64,
+    epoch: u64,
+    next_start: Option<u64>,
+  },
+}
+
+impl RecoveryCut {
+  /// The answer, its logged batches decoded.
+  pub fn finish(self) -> Recovery {
+    match self {
+      RecoveryCut::Done(r) => r,
+      RecoveryCut::Logged {
+        logged,
+        dialect,
+        last_seq,
+        epoch,
+        next_start,
+      } => Recovery::Events {
+        batches: logged.iter().map(|l| decode_logged(l, dialect)).collect(),
+        last_seq,
+        epoch,
+        next_start,
+      },
+    }
+  }
+}
+
+/// A logged batch, decoded, with its seq.
+pub(super) fn decode_logged(l: &Logged, dialect: Dialect) -> Batch {
+  let mut b = codec::decode(&l.payload, dialect)
+    .expect("the log holds batches this stream encoded")
+    .batches
+    .remove(0);
+  b.seq = l.seq;
+  b
 }
