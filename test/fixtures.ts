@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { ExtraKey, HashAlgo, HashBlocksOptions } from '../src/index.js';
@@ -61,3 +62,25 @@ export function fixtureOptions(f: HashFixture, saltAsId = false): HashBlocksOpti
  * first seq and no opening clear (test/restart.test.ts covers those defaults).
  */
 export const FROM_SEQ_1 = { firstSeq: 1n, openWithClear: false } as const;
+
+/** Runs `scripts/grpc_peer.py` (grpcio with SMG's published stubs); its JSON lines. */
+export function runGrpcPeer(args: string[]): Promise<Array<Record<string, unknown>>> {
+  return new Promise((resolve, reject) => {
+    const p = spawn('python3', [repoPath('scripts/grpc_peer.py'), ...args]);
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (err += d));
+    p.on('error', reject);
+    p.on('close', (code) =>
+      code === 0
+        ? resolve(
+            out
+              .trim()
+              .split('\n')
+              .map((l) => JSON.parse(l)),
+          )
+        : reject(new Error(`grpc_peer.py exited ${code}: ${err}`)),
+    );
+  });
+}

@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import {
   type ClientReadableStream,
@@ -24,7 +23,7 @@ import {
   KvHttpServer,
   subscribeDefinition,
 } from '../src/index.js';
-import { FROM_SEQ_1, repoPath } from './fixtures.js';
+import { FROM_SEQ_1, repoPath, runGrpcPeer } from './fixtures.js';
 
 const LOOPBACK = 'tcp://127.0.0.1:*';
 const cleanup: Array<() => unknown> = [];
@@ -236,27 +235,6 @@ function seqsOf(batches: ProtoBatch[]): number[] {
 
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 
-function runPeer(args: string[]): Promise<Array<Record<string, unknown>>> {
-  return new Promise((resolve, reject) => {
-    const p = spawn('python3', [repoPath('scripts/grpc_peer.py'), ...args]);
-    let out = '';
-    let err = '';
-    p.stdout.on('data', (d) => (out += d));
-    p.stderr.on('data', (d) => (err += d));
-    p.on('error', reject);
-    p.on('close', (code) =>
-      code === 0
-        ? resolve(
-            out
-              .trim()
-              .split('\n')
-              .map((l) => JSON.parse(l)),
-          )
-        : reject(new Error(`grpc_peer.py exited ${code}: ${err}`)),
-    );
-  });
-}
-
 describe('request codec', () => {
   it('round-trips SubscribeKvEventsRequest and rejects bad bytes with a typed error', () => {
     for (const s of [0n, 1n, 12345n, 2n ** 64n - 1n]) expect(decodeSubscribeRequest(encodeSubscribeRequest(s))).toBe(s);
@@ -296,7 +274,7 @@ describe('KvGrpcServer', () => {
   it('serves a Python grpcio client built from smg-grpc-proto: replay from the start, then live', async () => {
     const { pub, address } = await node({ dataParallelRank: 0, endpoint: LOOPBACK });
     await publishBatches(pub, 0, 5);
-    const peer = runPeer([address, 'sglang', '1', '12']);
+    const peer = runGrpcPeer([address, 'sglang', '1', '12']);
     // Live batches published while the peer replays and after.
     await sleep(300);
     await publishBatches(pub, 5, 7);
@@ -312,14 +290,14 @@ describe('KvGrpcServer', () => {
   it('the Python client sees the status codes SMG acts on', async () => {
     const { pub, address } = await node({ bufferSteps: 3 });
     await publishBatches(pub, 0, 6);
-    const expired = await runPeer([address, 'trtllm', '2', '1']);
+    const expired = await runGrpcPeer([address, 'trtllm', '2', '1']);
     expect(expired.at(-1)).toMatchObject({ status: 'FAILED_PRECONDITION' });
     expect(String(expired.at(-1)?.details)).toContain(
       'expired KV event replay cursor: requested sequence 2, oldest available sequence 4',
     );
     const off = await KvGrpcServer.create({ stream: null, host: '127.0.0.1' });
     cleanup.push(() => off.close());
-    const none = await runPeer([`127.0.0.1:${off.port}`, 'vllm', '0', '1']);
+    const none = await runGrpcPeer([`127.0.0.1:${off.port}`, 'vllm', '0', '1']);
     expect(none.at(-1)).toMatchObject({ status: 'UNIMPLEMENTED' });
   });
 
@@ -552,7 +530,7 @@ describe('KvGrpcServer', () => {
     const text = await allowed.text();
     expect(text).toMatch(/kvplane_grpc_subscribes_total\{outcome="unauthenticated"\} 2/);
     expect(text).toMatch(/kvplane_grpc_batches_sent_total 2/);
-    const py = await runPeer([address, 'vllm', '0', '1', 'nope']);
+    const py = await runGrpcPeer([address, 'vllm', '0', '1', 'nope']);
     expect(py.at(-1)).toMatchObject({ status: 'UNAUTHENTICATED' });
   });
 
