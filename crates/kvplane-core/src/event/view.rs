@@ -145,89 +145,6 @@ impl<'a> StoredView<'a> {
     }
   }
 
-  #[inline]
-  pub fn block_size(&self) -> u32 {
-    match self.source {
-      Source::Chunk(a) => a.block_size,
-      Source::Event(s) => s.block_size,
-    }
-  }
-
-  #[inline]
-  pub fn lora_id(&self) -> Option<i64> {
-    match self.source {
-      Source::Chunk(a) => a.lora_id,
-      Source::Event(s) => s.lora_id,
-    }
-  }
-
-  #[inline]
-  pub fn lora_name(&self) -> Option<&'a str> {
-    match self.source {
-      Source::Chunk(a) => a.lora_name.as_deref(),
-      Source::Event(s) => s.lora_name.as_deref(),
-    }
-  }
-
-  #[inline]
-  pub fn medium(&self) -> Option<&'a str> {
-    match self.source {
-      Source::Chunk(a) => a.medium.as_deref(),
-      Source::Event(s) => s.medium.as_deref(),
-    }
-  }
-
-  #[inline]
-  pub fn group_idx(&self) -> Option<u32> {
-    event_field!(self, |s| s.group_idx)
-  }
-
-  #[inline]
-  pub fn cache_salt(&self) -> Option<&'a str> {
-    event_field!(self, |s| s.cache_salt.as_deref())
-  }
-
-  #[inline]
-  pub fn extra_keys(&self) -> Option<&'a Value> {
-    event_field!(self, |s| s.extra_keys.as_ref())
-  }
-
-  #[inline]
-  pub fn kv_cache_spec_kind(&self) -> Option<&'a str> {
-    event_field!(self, |s| s.kv_cache_spec_kind.as_deref())
-  }
-
-  #[inline]
-  pub fn kv_cache_spec_sliding_window(&self) -> Option<i64> {
-    event_field!(self, |s| s.kv_cache_spec_sliding_window)
-  }
-
-  #[inline]
-  pub fn locality(&self) -> Option<&'a str> {
-    event_field!(self, |s| s.locality.as_deref())
-  }
-
-  #[inline]
-  pub fn ownership(&self) -> Option<&'a str> {
-    event_field!(self, |s| s.ownership.as_deref())
-  }
-
-  #[inline]
-  pub fn session_id(&self) -> Option<&'a str> {
-    event_field!(self, |s| s.session_id.as_deref())
-  }
-
-  #[inline]
-  pub fn lookahead_token_ids(&self) -> Option<&'a Value> {
-    event_field!(self, |s| s.lookahead_token_ids.as_ref())
-  }
-
-  /// The hashes as the engine sent them when they were byte strings.
-  #[inline]
-  pub fn hash_bytes(&self) -> Option<&'a HashBytes> {
-    event_field!(self, |s| s.hash_bytes.as_deref())
-  }
-
   pub fn to_event(&self) -> StoredEvent {
     match self.source {
       Source::Event(s) => s.clone(),
@@ -323,6 +240,7 @@ pub trait StoredFields<'a>: Copy {
   fn lora_name(self) -> Option<&'a str>;
   fn medium(self) -> Option<&'a str>;
   fn group_idx(self) -> Option<u32>;
+  fn cache_salt(self) -> Option<&'a str>;
   fn extra_keys(self) -> Option<&'a Value>;
   fn kv_cache_spec_kind(self) -> Option<&'a str>;
   fn kv_cache_spec_sliding_window(self) -> Option<i64>;
@@ -357,6 +275,7 @@ stored_fields!(&'a StoredEvent, |s| {
   lora_name: Option<&'a str> = s.lora_name.as_deref();
   medium: Option<&'a str> = s.medium.as_deref();
   group_idx: Option<u32> = s.group_idx;
+  cache_salt: Option<&'a str> = s.cache_salt.as_deref();
   extra_keys: Option<&'a Value> = s.extra_keys.as_ref();
   kv_cache_spec_kind: Option<&'a str> = s.kv_cache_spec_kind.as_deref();
   kv_cache_spec_sliding_window: Option<i64> = s.kv_cache_spec_sliding_window;
@@ -367,21 +286,35 @@ stored_fields!(&'a StoredEvent, |s| {
   hash_bytes: Option<&'a HashBytes> = s.hash_bytes.as_deref();
 });
 
+// A view reads what a column event has from its chunk's attributes; the rest only whole events have.
 stored_fields!(StoredView<'a>, |s| {
   block_hashes: &'a [u64] = s.block_hashes;
   parent_block_hash: Option<u64> = s.parent_block_hash;
   token_ids: &'a [u32] = s.token_ids;
-  block_size: u32 = StoredView::block_size(&s);
-  lora_id: Option<i64> = StoredView::lora_id(&s);
-  lora_name: Option<&'a str> = StoredView::lora_name(&s);
-  medium: Option<&'a str> = StoredView::medium(&s);
-  group_idx: Option<u32> = StoredView::group_idx(&s);
-  extra_keys: Option<&'a Value> = StoredView::extra_keys(&s);
-  kv_cache_spec_kind: Option<&'a str> = StoredView::kv_cache_spec_kind(&s);
-  kv_cache_spec_sliding_window: Option<i64> = StoredView::kv_cache_spec_sliding_window(&s);
-  locality: Option<&'a str> = StoredView::locality(&s);
-  ownership: Option<&'a str> = StoredView::ownership(&s);
-  session_id: Option<&'a str> = StoredView::session_id(&s);
-  lookahead_token_ids: Option<&'a Value> = StoredView::lookahead_token_ids(&s);
-  hash_bytes: Option<&'a HashBytes> = StoredView::hash_bytes(&s);
+  block_size: u32 = match s.source {
+    Source::Chunk(a) => a.block_size,
+    Source::Event(e) => e.block_size,
+  };
+  lora_id: Option<i64> = match s.source {
+    Source::Chunk(a) => a.lora_id,
+    Source::Event(e) => e.lora_id,
+  };
+  lora_name: Option<&'a str> = match s.source {
+    Source::Chunk(a) => a.lora_name.as_deref(),
+    Source::Event(e) => e.lora_name.as_deref(),
+  };
+  medium: Option<&'a str> = match s.source {
+    Source::Chunk(a) => a.medium.as_deref(),
+    Source::Event(e) => e.medium.as_deref(),
+  };
+  group_idx: Option<u32> = event_field!(s, |e| e.group_idx);
+  cache_salt: Option<&'a str> = event_field!(s, |e| e.cache_salt.as_deref());
+  extra_keys: Option<&'a Value> = event_field!(s, |e| e.extra_keys.as_ref());
+  kv_cache_spec_kind: Option<&'a str> = event_field!(s, |e| e.kv_cache_spec_kind.as_deref());
+  kv_cache_spec_sliding_window: Option<i64> = event_field!(s, |e| e.kv_cache_spec_sliding_window);
+  locality: Option<&'a str> = event_field!(s, |e| e.locality.as_deref());
+  ownership: Option<&'a str> = event_field!(s, |e| e.ownership.as_deref());
+  session_id: Option<&'a str> = event_field!(s, |e| e.session_id.as_deref());
+  lookahead_token_ids: Option<&'a Value> = event_field!(s, |e| e.lookahead_token_ids.as_ref());
+  hash_bytes: Option<&'a HashBytes> = event_field!(s, |e| e.hash_bytes.as_deref());
 });

@@ -5,7 +5,7 @@ use super::{ApplyReport, Drained, LocalIndexer};
 use crate::chunk::{Attrs, ChunkView, EventChunk};
 use crate::columns::Columns;
 use crate::error::KvResult;
-use crate::event::{Batch, EventRef, KvEvent, MAX_BATCH_EVENTS};
+use crate::event::{Batch, EventRef, KvEvent, StoredFields, MAX_BATCH_EVENTS};
 use crate::index::StoredBlocks;
 use crate::stream::batch::split_oversized;
 use crate::stream::queue::{EventQueue, Taken};

@@ -6,7 +6,7 @@ use crate::codec::protobuf::{
   put_varint, I64, VARINT,
 };
 use crate::codec::value::Value;
-use crate::event::{EventRef, EventRefs, RemovedView, StoredView};
+use crate::event::{EventRef, EventRefs, RemovedView, StoredFields, StoredView};
 
 /// Encodes batch `seq` of `events`. Stored events become one `KvBlock` per hash with its
 /// `block_size` tokens (an event whose tokens do not split that way carries its blocks without

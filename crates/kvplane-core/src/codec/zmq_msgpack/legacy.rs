@@ -9,7 +9,7 @@ use super::{block_hash_bytes, frame, hashes_unsigned, opt_i64, parent_unsigned};
 use crate::codec::msgpack::{decode_error, Kind, Reader, Writer};
 use crate::error::KvResult;
 use crate::event::{
-  EventRef, EventRefs, KvEvent, RemovedEvent, RemovedView, StoredEvent, StoredView,
+  EventRef, EventRefs, KvEvent, RemovedEvent, RemovedView, StoredEvent, StoredFields, StoredView,
 };
 
 /// Slots of a legacy `BlockStored` array after the tag, in order.

@@ -2,7 +2,7 @@
 
 use super::{frame, opt_i64};
 use crate::codec::msgpack::Writer;
-use crate::event::{EventRef, EventRefs, RemovedView, StoredView};
+use crate::event::{EventRef, EventRefs, RemovedView, StoredFields, StoredView};
 
 /// Declared fields of SGLang's `BlockStored` / `BlockRemoved`, plus the tag.
 const SGLANG_STORED_DECLARED: usize = 9 + 1;
