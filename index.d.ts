@@ -77,6 +77,17 @@ export declare class NativeLocalIndexer {
   get closed(): boolean
 }
 
+/**
+ * The rest of a `/kv_recover` answer: each `next()` encodes about `CHUNK_BYTES` more off the
+ * JS thread, so a large answer is never whole in memory once encoded.
+ */
+export declare class RecoverChunks {
+  /** The next chunk, or `null` once the answer is complete. */
+  next(): Promise<Buffer | null>
+  /** Drops the rest of the answer (a client that went away). */
+  release(): void
+}
+
 export interface ApplyErrorOut {
   code: string
   message: string
@@ -336,7 +347,10 @@ export interface PublishedOut {
 export interface RecoverAnswer {
   /** "Events", "TreeDump", "TooNew" or "InvalidRange". */
   kind: string
+  /** The answer's first chunk (the whole answer when `rest` is absent). */
   body: Buffer
+  /** The chunks after `body`, encoded one `next()` at a time. */
+  rest?: RecoverChunks
 }
 
 export interface RecoveryOut {

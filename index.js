@@ -837,6 +837,7 @@ module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __n
 module.exports = nativeBinding
 module.exports.NativeEventQueue = nativeBinding.NativeEventQueue
 module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
+module.exports.RecoverChunks = nativeBinding.RecoverChunks
 module.exports.clockFirstSeq = nativeBinding.clockFirstSeq
 module.exports.decodeBatches = nativeBinding.decodeBatches
 module.exports.decodeSubscribeRequest = nativeBinding.decodeSubscribeRequest

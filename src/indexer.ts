@@ -1,3 +1,4 @@
+import type { RecoverAnswer as NativeRecoverAnswer } from '../index.js';
 import type { Dialect, EncodeFormat } from './codec.js';
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
 import { columnArgs, type EventColumns, type KvEventBatch, type KvEventBatchOut, type KvEventOut } from './events.js';
@@ -51,6 +52,17 @@ export type SubscribeCursor =
 export interface RecoverAnswer {
   kind: Recovery['kind'];
   body: Buffer;
+}
+
+/**
+ * A `/kv_recover` answer encoded a chunk (about 1 MiB) at a time off the JS thread: `chunks`
+ * yields the next one only when asked, so a sender that waits for its socket to drain between
+ * chunks never holds the encoded answer whole. `release()` drops the rest of it.
+ */
+export interface RecoverChunks {
+  kind: Recovery['kind'];
+  chunks: AsyncIterableIterator<Buffer>;
+  release(): void;
 }
 
 export interface Worker {
@@ -232,7 +244,8 @@ export class LocalIndexer {
    */
   async recover(start?: bigint, end?: bigint, format: 'json' | 'msgpack' = 'json'): Promise<Buffer> {
     if (format !== 'json' && format !== 'msgpack') invalidArg(`format is ${String(format)}: json or msgpack`);
-    return (await awaitNative(() => this.#native.recover(start, end, format === 'msgpack'))).body;
+    const answer = chunked(await awaitNative(() => this.#native.recover(start, end, format === 'msgpack')));
+    return (await joined(answer)).body;
   }
 
   /**
@@ -240,9 +253,13 @@ export class LocalIndexer {
    * either absent): malformed ones answer `InvalidRange`.
    */
   async recoverQuery(start?: string, end?: string, format: 'json' | 'msgpack' = 'json'): Promise<RecoverAnswer> {
+    return joined(await this.recoverQueryChunks(start, end, format));
+  }
+
+  /** `recoverQuery` as chunks encoded one at a time (what `/kv_recover` sends). */
+  async recoverQueryChunks(start?: string, end?: string, format: 'json' | 'msgpack' = 'json'): Promise<RecoverChunks> {
     if (format !== 'json' && format !== 'msgpack') invalidArg(`format is ${String(format)}: json or msgpack`);
-    const r = await awaitNative(() => this.#native.recoverQuery(start, end, format === 'msgpack'));
-    return { kind: r.kind as Recovery['kind'], body: r.body };
+    return chunked(await awaitNative(() => this.#native.recoverQuery(start, end, format === 'msgpack')));
   }
 
   /**
@@ -358,4 +375,25 @@ export class LocalIndexer {
   [Symbol.dispose](): void {
     this.close();
   }
+}
+
+/** The native answer's first chunk and the handle for the rest, as `RecoverChunks`. */
+function chunked(r: NativeRecoverAnswer): RecoverChunks {
+  const rest = r.rest ?? null;
+  async function* chunks(): AsyncGenerator<Buffer> {
+    yield r.body;
+    if (rest === null) return;
+    try {
+      for (let c = await awaitNative(() => rest.next()); c !== null; c = await awaitNative(() => rest.next())) yield c;
+    } finally {
+      rest.release();
+    }
+  }
+  return { kind: r.kind as Recovery['kind'], chunks: chunks(), release: () => rest?.release() };
+}
+
+async function joined(answer: RecoverChunks): Promise<RecoverAnswer> {
+  const parts: Buffer[] = [];
+  for await (const c of answer.chunks) parts.push(c);
+  return { kind: answer.kind, body: parts.length === 1 ? (parts[0] as Buffer) : Buffer.concat(parts) };
 }

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dealer, Subscriber } from 'zeromq';
@@ -194,20 +195,7 @@ describe('per-consumer byte budgets', () => {
   }, 60_000);
 
   it('refuses /kv_recover beyond its concurrency with 429 and Retry-After, and counts it', async () => {
-    const pub = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null });
-    cleanup.push(() => pub.close());
-    // A large index, so each TreeDump takes a while.
-    for (let b = 0; b < 64; b++) {
-      const events: KvEvent[] = Array.from({ length: 1024 }, (_, i) => ({
-        type: 'stored',
-        blockHashes: [BigInt(b * 4096 + i * 4 + 1), BigInt(b * 4096 + i * 4 + 2)],
-        parentBlockHash: null,
-        tokenIds: new Uint32Array(32).fill(i),
-        blockSize: 16,
-      }));
-      pub.publish(events);
-    }
-    await pub.flush();
+    const pub = await largeIndex(64);
     const http = await KvHttpServer.create({ publisher: pub, maxConcurrentRecovers: 1 });
     cleanup.push(() => http.close());
     const answers = await Promise.all(Array.from({ length: 4 }, () => fetch(`${http.url}/kv_recover`)));
@@ -223,4 +211,60 @@ describe('per-consumer byte budgets', () => {
       new RegExp(`^kvplane_recover_requests_total\\{answer="Refused"\\} ${refused.length}$`, 'm'),
     );
   });
+
+  it('streams a tree dump in chunks as the client reads, and cuts off a client that stops reading', async () => {
+    const pub = await largeIndex(128);
+    const http = await KvHttpServer.create({ publisher: pub, maxConcurrentRecovers: 1, recoverSendTimeoutMs: 500 });
+    cleanup.push(() => http.close());
+    const r = await fetch(`${http.url}/kv_recover`);
+    expect(r.status).toBe(200);
+    expect(r.headers.get('transfer-encoding')).toBe('chunked');
+    expect(r.headers.get('content-length')).toBeNull();
+    const text = await r.text();
+    expect(text.length).toBeGreaterThan(16 * MiB);
+    const dump = JSON.parse(text) as { TreeDump: { workers: Array<{ events: Array<{ block_hashes: number[] }> }> } };
+    const blocks = dump.TreeDump.workers.flatMap((w) => w.events).reduce((n, e) => n + e.block_hashes.length, 0);
+    expect(blocks).toBe(128 * 1024 * 2);
+    // The same answer joined by the API.
+    expect((await pub.indexer.recoverQuery()).body.toString()).toBe(text);
+
+    // A client that sends the request and never reads: once its socket buffers are full, the
+    // next chunk waits 500 ms, then the connection is closed and the slot is free again.
+    const url = new URL(http.url);
+    const stalled = connect(Number(url.port), url.hostname);
+    stalled.on('error', () => {});
+    cleanup.push(() => stalled.destroy());
+    stalled.pause();
+    stalled.write(`GET /kv_recover HTTP/1.1\r\nhost: ${url.host}\r\n\r\n`);
+    let metrics = '';
+    const started = Date.now();
+    while (!/answer="Abandoned"\} 1$/m.test(metrics)) {
+      expect(Date.now() - started, 'the stalled client cut off').toBeLessThan(20_000);
+      await sleep(100);
+      metrics = await (await fetch(`${http.url}/metrics`)).text();
+    }
+    expect(metrics).toMatch(/^kvplane_recover_requests_total\{answer="Abandoned"\} 1$/m);
+    expect(metrics).toMatch(/^kvplane_recover_requests_total\{answer="TreeDump"\} 2$/m);
+    expect((await fetch(`${http.url}/kv_recover?start=1&end=1`)).status).toBe(200);
+  }, 60_000);
 });
+
+/** A publisher whose index holds `n` × 1024 stored events, each two root blocks of 16 distinct tokens. */
+async function largeIndex(n: number): Promise<KvEventPublisher> {
+  const pub = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null });
+  cleanup.push(() => pub.close());
+  for (let b = 0; b < n; b++) {
+    const events: KvEvent[] = Array.from({ length: 1024 }, (_, i) => ({
+      type: 'stored',
+      blockHashes: [BigInt(b * 4096 + i * 4 + 1), BigInt(b * 4096 + i * 4 + 2)],
+      parentBlockHash: null,
+      tokenIds: new Uint32Array(32).fill(b * 1024 + i), // distinct content: the index keys blocks by it
+      blockSize: 16,
+    }));
+    pub.publish(events);
+    if (b % 16 === 15) await pub.flush();
+  }
+  await pub.flush();
+  expect(pub.stats().drops.queue_full).toBe(0);
+  return pub;
+}

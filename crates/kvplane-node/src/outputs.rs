@@ -135,11 +135,14 @@ pub fn recovery_out(r: Recovery) -> RecoveryOut {
   out
 }
 
-#[napi(object)]
+#[napi(object, object_from_js = false)]
 pub struct RecoverAnswer {
   /// "Events", "TreeDump", "TooNew" or "InvalidRange".
   pub kind: String,
+  /// The answer's first chunk (the whole answer when `rest` is absent).
   pub body: Buffer,
+  /// The chunks after `body`, encoded one `next()` at a time.
+  pub rest: Option<crate::tasks::RecoverChunks>,
 }
 
 #[napi(object)]

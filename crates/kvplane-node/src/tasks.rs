@@ -4,12 +4,13 @@
 
 use crate::error::{guard, to_js};
 use crate::outputs::{published_out, recovery_out, PublishedOut, RecoverAnswer, RecoveryOut};
-use kvplane_core::codec::recover;
+use kvplane_core::codec::recover::{AnswerCursor, CHUNK_BYTES};
 use kvplane_core::local_indexer::{Drained, LocalIndexer};
 use kvplane_core::stream::queue::Taken;
 use kvplane_core::stream::{Recovery, RecoveryCut};
 use kvplane_core::{ErrorCode, KvError, KvResult};
 use napi::bindgen_prelude::*;
+use napi_derive::napi;
 use std::sync::{Arc, Mutex};
 
 /// A native class's core object: `None` once closed.
@@ -106,8 +107,11 @@ pub enum RecoverRange {
   Query(Option<String>, Option<String>),
 }
 
+/// An answer being encoded: the answer and where its encoding stands.
+type Encoding = (Recovery, AnswerCursor);
+
 impl CoreWork for Recover {
-  type Output = (&'static str, Vec<u8>);
+  type Output = (&'static str, Vec<u8>, Option<Encoding>);
   type JsValue = RecoverAnswer;
 
   fn run(&mut self) -> KvResult<Self::Output> {
@@ -118,19 +122,69 @@ impl CoreWork for Recover {
       })
     })?;
     let answer = cut.finish();
-    let body = if self.msgpack {
-      recover::to_msgpack(&answer)
-    } else {
-      recover::to_json(&answer).into_bytes()
-    };
-    Ok((answer.kind(), body))
+    let mut cursor = AnswerCursor::new(self.msgpack);
+    let body = cursor.next_chunk(&answer, CHUNK_BYTES).unwrap_or_default();
+    let kind = answer.kind();
+    Ok((kind, body, (!cursor.is_done()).then_some((answer, cursor))))
   }
 
-  fn output((kind, body): Self::Output) -> RecoverAnswer {
+  fn output((kind, body, rest): Self::Output) -> RecoverAnswer {
     RecoverAnswer {
       kind: kind.to_string(),
       body: body.into(),
+      rest: rest.map(|e| RecoverChunks {
+        encoding: Arc::new(Mutex::new(Some(e))),
+      }),
     }
+  }
+}
+
+/// The rest of a `/kv_recover` answer: each `next()` encodes about `CHUNK_BYTES` more off the
+/// JS thread, so a large answer is never whole in memory once encoded.
+#[napi]
+pub struct RecoverChunks {
+  encoding: Arc<Mutex<Option<Encoding>>>,
+}
+
+#[napi]
+impl RecoverChunks {
+  /// The next chunk, or `null` once the answer is complete.
+  #[napi(ts_return_type = "Promise<Buffer | null>")]
+  pub fn next(&self) -> AsyncTask<Coded<NextChunk>> {
+    Coded::task(NextChunk {
+      encoding: self.encoding.clone(),
+    })
+  }
+
+  /// Drops the rest of the answer (a client that went away).
+  #[napi]
+  pub fn release(&self) {
+    self.encoding.lock().unwrap_or_else(|p| p.into_inner()).take();
+  }
+}
+
+pub struct NextChunk {
+  encoding: Arc<Mutex<Option<Encoding>>>,
+}
+
+impl CoreWork for NextChunk {
+  type Output = Option<Vec<u8>>;
+  type JsValue = Option<Buffer>;
+
+  fn run(&mut self) -> KvResult<Self::Output> {
+    let mut g = self.encoding.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((answer, cursor)) = g.as_mut() else {
+      return Ok(None);
+    };
+    let chunk = cursor.next_chunk(answer, CHUNK_BYTES);
+    if cursor.is_done() {
+      g.take();
+    }
+    Ok(chunk)
+  }
+
+  fn output(output: Self::Output) -> Option<Buffer> {
+    output.map(Buffer::from)
   }
 }
 

@@ -5,7 +5,11 @@ import type { GrpcStats } from '../grpc/server.js';
 const INDEX_DROPS = ['unknown_parent', 'unknown_removed', 'duplicate_store', 'unsupported_layout'] as const;
 
 /** Recovery answers served over HTTP, by kind, and requests refused (429) while others ran. */
-export type RecoverCounts = Record<'Events' | 'TreeDump' | 'TooNew' | 'InvalidRange' | 'Refused', number>;
+/**
+ * `/kv_recover` requests by outcome: the answer kinds, `Refused` (429, too many at once) and
+ * `Abandoned` (a client that did not read its answer within the send timeout; also counted by kind).
+ */
+export type RecoverCounts = Record<'Events' | 'TreeDump' | 'TooNew' | 'InvalidRange' | 'Refused' | 'Abandoned', number>;
 
 /**
  * Prometheus metrics of a publisher, read from its counters at scrape time (nothing is counted
@@ -78,7 +82,7 @@ export function publisherMetrics(
   );
   new Counter({
     name: 'kvplane_recover_requests_total',
-    help: '/kv_recover answers, by kind',
+    help: '/kv_recover requests, by answer kind, Refused (429) or Abandoned (not read within the send timeout)',
     labelNames: ['answer'],
     registers: [registry],
     collect() {

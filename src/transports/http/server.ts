@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { RecoverAnswer } from '../../indexer.js';
+import type { RecoverChunks } from '../../indexer.js';
 import type { KvEventPublisher } from '../../publisher.js';
 import type { SourceHealth } from '../../sources/source.js';
 import { bearerMatches } from '../auth.js';
@@ -32,6 +32,12 @@ export interface KvHttpServerOptions {
    * also use); more are refused with 429 and `Retry-After`. Default 2.
    */
   maxConcurrentRecovers?: number;
+  /**
+   * How long a `/kv_recover` answer waits for its client to take the next chunk before the
+   * connection is closed and counted `Abandoned`; the answer holds one of `maxConcurrentRecovers`
+   * until then. Default 30,000 ms.
+   */
+  recoverSendTimeoutMs?: number;
 }
 
 /** JSON with bigints written as exact integers. */
@@ -52,8 +58,9 @@ export class KvHttpServer {
   readonly #sources: readonly SourceInfo[];
   readonly #token: string | undefined;
   readonly #grpc: KvGrpcServer | null;
-  readonly #recover: RecoverCounts = { Events: 0, TreeDump: 0, TooNew: 0, InvalidRange: 0, Refused: 0 };
+  readonly #recover: RecoverCounts = { Events: 0, TreeDump: 0, TooNew: 0, InvalidRange: 0, Refused: 0, Abandoned: 0 };
   readonly #maxRecovering: number;
+  readonly #recoverSendTimeoutMs: number;
   #recovering = 0;
   readonly #metrics;
 
@@ -64,6 +71,7 @@ export class KvHttpServer {
     this.#token = opts.authToken;
     this.#grpc = opts.grpc ?? null;
     this.#maxRecovering = opts.maxConcurrentRecovers ?? 2;
+    this.#recoverSendTimeoutMs = opts.recoverSendTimeoutMs ?? 30_000;
     const grpc = this.#grpc;
     this.#metrics = publisherMetrics(opts.publisher, this.#recover, grpc ? () => grpc.stats() : undefined);
   }
@@ -130,19 +138,68 @@ export class KvHttpServer {
     const msgpack = format === 'msgpack' || (format === null && /application\/msgpack/.test(req.headers.accept ?? ''));
     const param = (name: string) => url.searchParams.get(name) ?? undefined;
     this.#recovering++;
-    let answer: RecoverAnswer;
+    let answer: RecoverChunks | undefined;
     try {
-      answer = await this.#publisher.indexer.recoverQuery(param('start'), param('end'), msgpack ? 'msgpack' : 'json');
+      answer = await this.#publisher.indexer.recoverQueryChunks(
+        param('start'),
+        param('end'),
+        msgpack ? 'msgpack' : 'json',
+      );
+      this.#recover[answer.kind]++;
+      const status = answer.kind === 'InvalidRange' ? 400 : 200;
+      const sent = await this.#sendChunks(res, status, msgpack ? 'application/msgpack' : 'application/json', answer);
+      if (!sent) this.#recover.Abandoned++;
     } finally {
+      answer?.release();
       this.#recovering--;
     }
-    this.#recover[answer.kind]++;
-    this.#send(
-      res,
-      answer.kind === 'InvalidRange' ? 400 : 200,
-      msgpack ? 'application/msgpack' : 'application/json',
-      answer.body,
-    );
+  }
+
+  /**
+   * Sends an answer chunk by chunk, encoding the next only once the socket has taken the last
+   * (a one-chunk answer goes out with its length). False when the client stopped reading for
+   * `recoverSendTimeoutMs` or went away: the connection is then closed.
+   */
+  async #sendChunks(res: ServerResponse, status: number, type: string, answer: RecoverChunks): Promise<boolean> {
+    const first = await answer.chunks.next();
+    const second = first.done ? first : await answer.chunks.next();
+    if (second.done) {
+      this.#send(res, status, type, first.done ? Buffer.alloc(0) : first.value);
+      return true;
+    }
+    res.writeHead(status, { 'content-type': type });
+    if (res.req.method === 'HEAD') {
+      res.end();
+      return true;
+    }
+    for (const chunk of [first.value, second.value]) {
+      if (!(await this.#write(res, chunk))) return false;
+    }
+    for await (const chunk of answer.chunks) {
+      if (!(await this.#write(res, chunk))) return false;
+    }
+    res.end();
+    return true;
+  }
+
+  /** Writes a chunk and waits until the socket can take more (false: timed out or closed). */
+  #write(res: ServerResponse, chunk: Buffer): Promise<boolean> {
+    if (res.destroyed) return Promise.resolve(false);
+    if (res.write(chunk)) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const done = (ok: boolean) => {
+        clearTimeout(timer);
+        res.off('drain', drained);
+        res.off('close', closed);
+        if (!ok) res.destroy();
+        resolve(ok);
+      };
+      const drained = () => done(true);
+      const closed = () => done(false);
+      const timer = setTimeout(closed, this.#recoverSendTimeoutMs);
+      res.once('drain', drained);
+      res.once('close', closed);
+    });
   }
 
   #health(): string {

@@ -514,3 +514,51 @@ fn malformed_recover_parameters_are_an_invalid_range() {
     Recovery::TooNew { .. }
   ));
 }
+
+#[test]
+fn answers_encoded_in_chunks_join_to_the_whole_answer() {
+  let mut ix = indexer(8);
+  for h in 1..=40u64 {
+    let parent = (h > 1 && h % 5 != 1).then(|| h - 1);
+    ix.apply_batch(batch(vec![stored(&[h], parent)])).unwrap();
+  }
+  let answers = [
+    ix.get_events(Some(35), None),
+    ix.tree_dump(),
+    ix.get_events(Some(99), None),
+    ix.recover_query(Some("x"), None),
+    ix.recover_query(Some("36"), Some("37")),
+  ];
+  let Recovery::TreeDump { workers, .. } = &answers[1] else {
+    panic!("expected a TreeDump")
+  };
+  let dumped = workers[0].events.len();
+  assert_eq!(workers[0].events.iter().map(|e| e.block_hashes.len()).sum::<usize>(), 40);
+  for answer in &answers {
+    for msgpack in [false, true] {
+      let whole = if msgpack {
+        codec::recover::to_msgpack(answer)
+      } else {
+        codec::recover::to_json(answer).into_bytes()
+      };
+      for target in [1, 7, 100] {
+        let mut cursor = codec::recover::AnswerCursor::new(msgpack);
+        let mut joined = Vec::new();
+        let mut chunks = 0;
+        while let Some(chunk) = cursor.next_chunk(answer, target) {
+          assert!(!chunk.is_empty());
+          joined.extend(chunk);
+          chunks += 1;
+        }
+        assert_eq!(joined, whole, "{} target {target}", answer.kind());
+        if matches!(answer, Recovery::TreeDump { .. }) {
+          assert!(chunks > dumped, "{chunks} chunks");
+        }
+      }
+    }
+  }
+  let json = codec::recover::to_json(&answers[1]);
+  assert!(json.starts_with("{\"TreeDump\":{\"workers\":[{\"worker_id\":"), "{json}");
+  assert!(json.contains("]}],\"last_seq\":40,\"epoch\":"), "{json}");
+  assert_eq!(json.matches("\"type\":\"BlockStored\"").count(), dumped);
+}
