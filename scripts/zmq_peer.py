@@ -7,6 +7,12 @@
                                         ask the replay ROUTER for batches from START and print one
                                         JSON line per reply, then {"end": true} at the end marker
                                         (a REQ socket sees only the first reply)
+  zmq_peer.py certs DIR                 write CURVE certificates with pyzmq's zmq.auth:
+                                        DIR/server.key(_secret) and DIR/clients/client.key,
+                                        DIR/client.key_secret, DIR/stranger.key_secret (not allowed)
+
+With KVPLANE_CURVE_CLIENT (a client's .key_secret) and KVPLANE_CURVE_SERVER (the server's .key)
+set, sub and replay connect with CURVE.
 
 The structs are the vLLM generation structs of gen_codec_fixtures.py, which `--engine` checks
 byte for byte against vllm/distributed/kv_events.py of the vLLM wheel.
@@ -15,6 +21,7 @@ byte for byte against vllm/distributed/kv_events.py of the vLLM wheel.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,9 +39,32 @@ def emit(obj: object) -> None:
     sys.stdout.flush()
 
 
+def socket(ctx: zmq.Context, kind: int) -> zmq.Socket:
+    s = ctx.socket(kind)
+    client, server = os.environ.get("KVPLANE_CURVE_CLIENT"), os.environ.get("KVPLANE_CURVE_SERVER")
+    if client and server:
+        import zmq.auth
+
+        public, secret = zmq.auth.load_certificate(client)
+        s.curve_publickey, s.curve_secretkey = public, secret
+        s.curve_serverkey = zmq.auth.load_certificate(server)[0]
+    return s
+
+
+def certs(directory: str) -> None:
+    import zmq.auth
+
+    os.makedirs(os.path.join(directory, "clients"), exist_ok=True)
+    zmq.auth.create_certificates(directory, "server")
+    zmq.auth.create_certificates(directory, "stranger")
+    public, _ = zmq.auth.create_certificates(directory, "client")
+    os.replace(public, os.path.join(directory, "clients", "client.key"))
+    emit({"server_public": zmq.auth.load_certificate(os.path.join(directory, "server.key"))[0].decode()})
+
+
 def sub(endpoint: str, batches: int) -> None:
     ctx = zmq.Context()
-    s = ctx.socket(zmq.SUB)
+    s = socket(ctx, zmq.SUB)
     s.setsockopt(zmq.RCVHWM, 0)
     s.connect(endpoint)
     s.setsockopt(zmq.SUBSCRIBE, b"")
@@ -48,7 +78,7 @@ def sub(endpoint: str, batches: int) -> None:
 
 def replay(endpoint: str, start: int, kind: str, topic_frame: bool) -> None:
     ctx = zmq.Context()
-    s = ctx.socket(zmq.DEALER if kind == "dealer" else zmq.REQ)
+    s = socket(ctx, zmq.DEALER if kind == "dealer" else zmq.REQ)
     s.setsockopt(zmq.RCVTIMEO, 10_000)
     s.connect(endpoint)
     if kind == "dealer":
@@ -71,7 +101,9 @@ def replay(endpoint: str, start: int, kind: str, topic_frame: bool) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "sub":
+    if sys.argv[1] == "certs":
+        certs(sys.argv[2])
+    elif sys.argv[1] == "sub":
         sub(sys.argv[2], int(sys.argv[3]))
     else:
         replay(sys.argv[2], int(sys.argv[3]), sys.argv[4], len(sys.argv) < 6 or sys.argv[5] == "topic")

@@ -85,3 +85,4 @@ export {
   shouldBind,
   zmqAddress,
 } from './transports/zmq/config.js';
+export { curvePublicKey, readCurveClients, readCurveSecretKey, type ZmqCurveOptions } from './transports/zmq/curve.js';

@@ -13,6 +13,7 @@ import {
   shouldBind,
   zmqAddress,
 } from './transports/zmq/config.js';
+import { curvePublicKey, type ZmqCurveOptions } from './transports/zmq/curve.js';
 import { ZmqTransport } from './transports/zmq/transport.js';
 
 export interface KvEventPublisherOptions extends KvEventsConfig {
@@ -45,6 +46,11 @@ export interface KvEventPublisherOptions extends KvEventsConfig {
   firstSeq?: bigint | 'clock';
   /** Open the stream with `AllBlocksCleared` for its rank. Default `true`. */
   openWithClear?: boolean;
+  /**
+   * CURVE encryption (and, with `allowedClients`, authentication) on the live and replay sockets
+   * (docs/protocol.md#zmq-curve). Default: none, plain ZMQ as vLLM's consumers expect.
+   */
+  curve?: ZmqCurveOptions | null;
 }
 
 export interface PublisherStats {
@@ -64,6 +70,8 @@ export interface PublisherStats {
   replay: { requests: number; malformed: number; abandoned: number; batchesSent: number; sessions: number };
   /** Ranks whose source failed closed (unsupported layout), with the reason. */
   failClosed: Array<{ dpRank: number; message: string }>;
+  /** CURVE clients refused by `curve.allowedClients` (0 without CURVE). */
+  authRefused: number;
 }
 
 /**
@@ -75,10 +83,12 @@ export interface PublisherStats {
 export class KvEventPublisher {
   readonly stream: KvEventStream;
   readonly #zmq: ZmqTransport;
+  readonly #curve: ZmqCurveOptions | null;
 
-  private constructor(stream: KvEventStream, zmq: ZmqTransport) {
+  private constructor(stream: KvEventStream, zmq: ZmqTransport, curve: ZmqCurveOptions | null) {
     this.stream = stream;
     this.#zmq = zmq;
+    this.#curve = curve;
     stream.onClose(() => zmq.close());
   }
 
@@ -119,8 +129,9 @@ export class KvEventPublisher {
               },
         topic: o.topic,
         hwm: o.hwm,
+        curve: options.curve ?? null,
       });
-      return new KvEventPublisher(stream, zmq);
+      return new KvEventPublisher(stream, zmq, options.curve ?? null);
     } catch (err) {
       await stream.close();
       throw err;
@@ -135,6 +146,11 @@ export class KvEventPublisher {
   /** The live endpoint (as bound, with the port the OS chose for `:*`). */
   get endpoint(): string {
     return this.#zmq.endpoint;
+  }
+
+  /** The CURVE public key clients connect with (`curveServerKey`), or `null` without CURVE. */
+  get curvePublicKey(): string | null {
+    return this.#curve ? curvePublicKey(this.#curve.secretKey) : null;
   }
 
   /** The replay endpoint, or `null` without replay. */
@@ -200,6 +216,7 @@ export class KvEventPublisher {
       subscribers: this.#zmq.subscribers,
       replay: this.#zmq.replayCounters,
       failClosed: [...this.stream.failClosed],
+      authRefused: this.#zmq.authRefused,
     };
   }
 

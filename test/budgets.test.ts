@@ -1,70 +1,17 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
 import { connect } from 'node:net';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Dealer, Subscriber } from 'zeromq';
 import { type KvEvent, KvEventPublisher, KvHttpServer } from '../src/index.js';
-import { repoPath } from './fixtures.js';
+import { rss, serveNode, sleep, until } from './fixtures.js';
 
-const CLI = repoPath('dist/cli.js');
 const MiB = 1024 * 1024;
 const cleanup: Array<() => unknown> = [];
+const serve = (args: string[]) => serveNode(args, cleanup);
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
 });
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-/** Resident bytes of a process, read from /proc. */
-function rss(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return Number(m?.[1]) * 1024;
-}
-
-interface Node {
-  proc: ChildProcess;
-  lines: Array<Record<string, unknown>>;
-  serving: Record<string, string>;
-  /** The newest status line. */
-  status(): Record<string, unknown>;
-}
-
-/** `kvplane serve` with the simulated engine at a high rate, in its own process. */
-async function serve(args: string[]): Promise<Node> {
-  const proc = spawn(process.execPath, [
-    CLI,
-    'serve',
-    '--endpoint',
-    'tcp://127.0.0.1:*',
-    '--replay-endpoint',
-    'tcp://127.0.0.1:*',
-    '--http-port',
-    'none',
-    '--status-interval',
-    '0.2',
-    ...args,
-  ]);
-  const exited = new Promise((resolve) => proc.on('exit', resolve));
-  cleanup.push(async () => {
-    proc.kill('SIGTERM');
-    await exited;
-  });
-  const lines: Array<Record<string, unknown>> = [];
-  createInterface({ input: proc.stdout as NodeJS.ReadableStream }).on('line', (l) => lines.push(JSON.parse(l)));
-  for (let i = 0; i < 400 && !lines.some((l) => l.msg === 'serving'); i++) await sleep(25);
-  const serving = lines.find((l) => l.msg === 'serving') as Record<string, string>;
-  expect(serving).toBeDefined();
-  const status = () => [...lines].reverse().find((l) => l.msg === 'status') ?? {};
-  return { proc, lines, serving, status };
-}
-
-async function until(cond: () => boolean, what: string, ms = 30_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 /** Subscribes to argv[1] and, when its stdin ends, prints the largest gap between live batches. */
 const GAP_WATCHER = `

@@ -1,5 +1,6 @@
-import { spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { ExtraKey, HashAlgo, HashBlocksOptions } from '../src/index.js';
 
@@ -83,4 +84,60 @@ export function runGrpcPeer(args: string[]): Promise<Array<Record<string, unknow
         : reject(new Error(`grpc_peer.py exited ${code}: ${err}`)),
     );
   });
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Resident bytes of a process, read from /proc. */
+export function rss(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return Number(m?.[1]) * 1024;
+}
+
+export interface ServeNode {
+  proc: ChildProcess;
+  lines: Array<Record<string, unknown>>;
+  serving: Record<string, string>;
+  /** The newest status line. */
+  status(): Record<string, unknown>;
+}
+
+/**
+ * `kvplane serve` (the simulated engine by default) in its own process, on loopback with ports the
+ * OS picks and a status line every 0.2 s; stopped by `cleanup`.
+ */
+export async function serveNode(args: string[], cleanup: Array<() => unknown>): Promise<ServeNode> {
+  const proc = spawn(process.execPath, [
+    repoPath('dist/cli.js'),
+    'serve',
+    '--endpoint',
+    'tcp://127.0.0.1:*',
+    '--replay-endpoint',
+    'tcp://127.0.0.1:*',
+    '--http-port',
+    'none',
+    '--status-interval',
+    '0.2',
+    ...args,
+  ]);
+  const exited = new Promise((resolve) => proc.on('exit', resolve));
+  cleanup.push(async () => {
+    proc.kill('SIGTERM');
+    await exited;
+  });
+  const lines: Array<Record<string, unknown>> = [];
+  createInterface({ input: proc.stdout as NodeJS.ReadableStream }).on('line', (l) => lines.push(JSON.parse(l)));
+  for (let i = 0; i < 400 && !lines.some((l) => l.msg === 'serving'); i++) await sleep(25);
+  const serving = lines.find((l) => l.msg === 'serving') as Record<string, string>;
+  if (serving === undefined) throw new Error(`kvplane serve did not start: ${JSON.stringify(lines)}`);
+  const status = () => [...lines].reverse().find((l) => l.msg === 'status') ?? {};
+  return { proc, lines, serving, status };
+}
+
+export async function until(cond: () => boolean, what: string, ms = 30_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
 }

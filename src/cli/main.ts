@@ -88,6 +88,7 @@ async function serve(argv: string[]): Promise<void> {
     grpc_port: s.grpc?.port ?? null,
     epoch: s.publisher.epoch,
     dp_rank: s.publisher.dataParallelRank,
+    ...(s.publisher.curvePublicKey ? { curve_public_key: s.publisher.curvePublicKey } : {}),
   });
   const stopStatus = reportStatus(s, config.statusSeconds);
   await new Promise<void>((resolve) => {

@@ -16,6 +16,10 @@ export interface ServeConfig {
   grpc: GrpcConfig | null;
   /** File holding the bearer token required on gRPC and HTTP (else `KVPLANE_AUTH_TOKEN`). */
   authTokenFile: string | null;
+  /** CURVE secret key file for the ZMQ sockets (docs/protocol.md#zmq-curve); none: plain ZMQ. */
+  zmqCurveSecretFile: string | null;
+  /** Allowed CURVE clients' public keys: a directory of `*.key` certificates or a key file. */
+  zmqCurveClients: string | null;
   sim: SimEngineOptions;
   /** Stop after this many seconds (0: run until a signal). */
   durationSeconds: number;
@@ -38,6 +42,8 @@ export const SERVE_DEFAULTS: ServeConfig = {
   http: { host: '127.0.0.1', port: 5559 },
   grpc: null,
   authTokenFile: null,
+  zmqCurveSecretFile: null,
+  zmqCurveClients: null,
   sim: {},
   durationSeconds: 0,
   statusSeconds: 1,
@@ -88,6 +94,8 @@ export function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): 
     http,
     grpc,
     auth_token_file,
+    zmq_curve_secret_file,
+    zmq_curve_clients,
     sim,
     kv_events_config,
     data_parallel_rank,
@@ -117,6 +125,8 @@ export function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): 
     }
   }
   if (auth_token_file !== undefined) c.authTokenFile = auth_token_file as string | null;
+  if (zmq_curve_secret_file !== undefined) c.zmqCurveSecretFile = zmq_curve_secret_file as string | null;
+  if (zmq_curve_clients !== undefined) c.zmqCurveClients = zmq_curve_clients as string | null;
   for (const [k, v] of Object.entries((sim ?? {}) as Record<string, unknown>)) {
     const name = camelKey(SIM_KEYS, k);
     if (name === undefined) bad(`unknown sim config key ${JSON.stringify(k)}`);

@@ -105,6 +105,14 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: 'file holding a bearer token required on gRPC and HTTP (or set KVPLANE_AUTH_TOKEN)',
     apply: (c, v) => (c.authTokenFile = v),
   },
+  'zmq-curve-secret-file': {
+    help: 'CURVE secret key (a ZMQ certificate or the bare Z85 key): encrypt the ZMQ sockets; clients need the public key the "serving" line shows',
+    apply: (c, v) => (c.zmqCurveSecretFile = v),
+  },
+  'zmq-curve-clients': {
+    help: 'allowed CURVE clients: a directory of *.key certificates or a file of public keys (needs --zmq-curve-secret-file)',
+    apply: (c, v) => (c.zmqCurveClients = v),
+  },
   'sim-seed': { help: 'workload seed (default 1)', apply: (c, v) => (c.sim.seed = int('sim-seed', v)) },
   'sim-rate': {
     help: 'new conversations per second (default 20)',

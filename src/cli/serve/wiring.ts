@@ -4,6 +4,7 @@ import { createSource } from '../../sources/registry.js';
 import type { EventSource } from '../../sources/source.js';
 import { type GrpcTlsOptions, KvGrpcServer } from '../../transports/grpc/server.js';
 import { KvHttpServer } from '../../transports/http/server.js';
+import { readCurveClients, readCurveSecretKey, type ZmqCurveOptions } from '../../transports/zmq/curve.js';
 import { bad, type GrpcConfig, type ServeConfig } from './config.js';
 
 /** A running `serve`: the source, the publisher, the HTTP and gRPC servers. */
@@ -37,12 +38,24 @@ function readTls(g: GrpcConfig): GrpcTlsOptions | undefined {
   };
 }
 
+function readCurve(c: ServeConfig): ZmqCurveOptions | null {
+  if (c.zmqCurveSecretFile === null) {
+    if (c.zmqCurveClients !== null) bad('--zmq-curve-clients needs --zmq-curve-secret-file');
+    return null;
+  }
+  return {
+    secretKey: readCurveSecretKey(c.zmqCurveSecretFile),
+    allowedClients: c.zmqCurveClients === null ? null : readCurveClients(c.zmqCurveClients),
+  };
+}
+
 /** Starts the chosen source, the publisher (with replay) and the HTTP and gRPC servers. */
 export async function startServe(c: ServeConfig): Promise<Serving> {
   const authToken = readAuthToken(c.authTokenFile);
   const tls = c.grpc ? readTls(c.grpc) : undefined;
   const source = createSource(c.engine, { blockSize: c.publisher.blockSize, sim: c.sim });
-  const publisher = await KvEventPublisher.create({ blockSize: c.sim.blockSize, ...c.publisher });
+  const curve = readCurve(c);
+  const publisher = await KvEventPublisher.create({ blockSize: c.sim.blockSize, ...c.publisher, curve });
   let http: KvHttpServer | null = null;
   let grpc: KvGrpcServer | null = null;
   try {

@@ -13,6 +13,8 @@ export interface ReplayServerOptions {
   /** How long a reply may wait on a full peer (its HWM) before the replay is abandoned. */
   sendTimeoutMs: number;
   hwm: number;
+  /** CURVE socket options (`curveServerOptions`), or none. */
+  curve?: object;
 }
 
 const EMPTY = Buffer.alloc(0);
@@ -59,6 +61,7 @@ export class ReplayServer {
       sendTimeout: opts.sendTimeoutMs,
       sendHighWaterMark: opts.hwm,
       linger: 0,
+      ...opts.curve,
     });
     if (opts.bind) await router.bind(opts.endpoint);
     else router.connect(opts.endpoint);

@@ -1,5 +1,6 @@
 import { Publisher } from 'zeromq';
 import { KvPlaneError } from '../../errors.js';
+import { curveServerOptions, type ZmqCurveOptions, zapHandler } from './curve.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { type ReplayCounters, ReplayServer } from './replay.js';
 import { SocketWriter, seqFrame } from './writer.js';
@@ -14,6 +15,8 @@ export interface ZmqTransportOptions {
   topic: string;
   /** Send high-water mark of the live socket, per subscriber, in messages. */
   hwm: number;
+  /** CURVE for both sockets; `null` for plain ZMQ. */
+  curve: ZmqCurveOptions | null;
 }
 
 /**
@@ -27,11 +30,19 @@ export class ZmqTransport {
   readonly #replay: ReplayServer | null;
   readonly #endpoint: string;
   readonly #bind: boolean;
+  readonly #zapDomain: string | null;
   #sendFailed = 0;
   #subscribers = 0;
 
-  private constructor(stream: KvEventStream, pub: Publisher, replay: ReplayServer | null, opts: ZmqTransportOptions) {
+  private constructor(
+    stream: KvEventStream,
+    pub: Publisher,
+    replay: ReplayServer | null,
+    opts: ZmqTransportOptions,
+    zapDomain: string | null,
+  ) {
     this.#pub = pub;
+    this.#zapDomain = zapDomain;
     this.#replay = replay;
     this.#endpoint = opts.endpoint;
     this.#bind = opts.bind;
@@ -49,9 +60,17 @@ export class ZmqTransport {
 
   /** Opens the sockets; the stream's batches go out from then on. */
   static async create(stream: KvEventStream, opts: ZmqTransportOptions): Promise<ZmqTransport> {
-    const pub = new Publisher({ sendHighWaterMark: opts.hwm, linger: 0 });
+    let zapDomain: string | null = null;
+    let pub: Publisher | undefined;
     let replay: ReplayServer | null = null;
     try {
+      let curve = {};
+      if (opts.curve) {
+        curveServerOptions(opts.curve, ''); // a bad key fails before anything is registered
+        zapDomain = await zapHandler.register(opts.curve.allowedClients ?? null);
+        curve = curveServerOptions(opts.curve, zapDomain);
+      }
+      pub = new Publisher({ sendHighWaterMark: opts.hwm, linger: 0, ...curve });
       if (opts.bind) await pub.bind(opts.endpoint);
       else pub.connect(opts.endpoint);
       if (opts.replay !== null) {
@@ -63,12 +82,15 @@ export class ZmqTransport {
           topicFrame: opts.replay.topicFrame,
           sendTimeoutMs: opts.replay.sendTimeoutMs,
           hwm: opts.replay.hwm,
+          curve,
         });
       }
-      return new ZmqTransport(stream, pub, replay, opts);
+      return new ZmqTransport(stream, pub, replay, opts, zapDomain);
     } catch (err) {
-      pub.close();
+      pub?.close();
       await replay?.close();
+      if (zapDomain !== null) zapHandler.unregister(zapDomain);
+      if (err instanceof KvPlaneError) throw err;
       throw new KvPlaneError('ERR_INVALID_ARG', `cannot open ${opts.endpoint}: ${(err as Error).message}`, {
         cause: err,
       });
@@ -105,9 +127,15 @@ export class ZmqTransport {
     return this.#writer.flushed();
   }
 
+  /** CURVE clients refused by the allow-list (0 without CURVE). */
+  get authRefused(): number {
+    return this.#zapDomain === null ? 0 : zapHandler.refused(this.#zapDomain);
+  }
+
   async close(): Promise<void> {
     await this.#replay?.close();
     this.#pub.close();
+    if (this.#zapDomain !== null) zapHandler.unregister(this.#zapDomain);
   }
 
   async #watch(): Promise<void> {
