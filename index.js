@@ -850,4 +850,5 @@ module.exports.matchesLayout = nativeBinding.matchesLayout
 module.exports.panicProbe = nativeBinding.panicProbe
 module.exports.toInt64 = nativeBinding.toInt64
 module.exports.toUint64 = nativeBinding.toUint64
+module.exports.trimAllocator = nativeBinding.trimAllocator
 module.exports.trtllmCacheSaltId = nativeBinding.trtllmCacheSaltId

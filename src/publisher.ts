@@ -66,8 +66,15 @@ export interface PublisherStats {
   gaps: number;
   /** Peers connected to the live socket. */
   subscribers: number;
-  /** Replay requests, malformed ones, replays abandoned, batches sent, replays in progress. */
-  replay: { requests: number; malformed: number; abandoned: number; batchesSent: number; sessions: number };
+  /** Replay requests, malformed ones, replays abandoned, requests refused, batches sent, replays in progress. */
+  replay: {
+    requests: number;
+    malformed: number;
+    abandoned: number;
+    refused: number;
+    batchesSent: number;
+    sessions: number;
+  };
   /** Ranks whose source failed closed (unsupported layout), with the reason. */
   failClosed: Array<{ dpRank: number; message: string }>;
   /** CURVE clients refused by `curve.allowedClients` (0 without CURVE). */

@@ -61,6 +61,47 @@ describe('per-consumer byte budgets', () => {
     expect(peak).toBeLessThan(8 * 8 * MiB + 48 * MiB);
   }, 60_000);
 
+  it('replay bursts leave no memory behind: 100 peers each replaying the whole log 10 times', async () => {
+    const node = await serve(['--buffer-steps', '300', '--sim-rate', '100', '--sim-blocks', '65536']);
+    const pid = node.proc.pid as number;
+    await until(() => Number(node.status().batches ?? 0) >= 360, 'a full replay log');
+    await sleep(500);
+    const before = rss(pid);
+    let peak = 0;
+    const sampler = setInterval(() => {
+      peak = Math.max(peak, rss(pid) - before);
+    }, 50);
+    cleanup.push(() => clearInterval(sampler));
+    let replies = 0;
+    const peer = async () => {
+      const d = new Dealer({ linger: 0 });
+      d.connect(node.serving.replay_endpoint as string);
+      for (let r = 0; r < 10; r++) {
+        await d.send([Buffer.alloc(0), seq8(1n)]);
+        for await (const frames of d) {
+          replies++;
+          if ((frames[2] as Buffer).equals(Buffer.alloc(8, 0xff))) break;
+        }
+      }
+      d.close();
+    };
+    await Promise.all(Array.from({ length: 100 }, peer));
+    clearInterval(sampler);
+    await until(() => Number(node.status().replay_requests ?? 0) === 1000, 'every request counted');
+    // The allocator is trimmed 1, 4 and 10 s after the last replay ends.
+    await sleep(10_500);
+    const after = rss(pid) - before;
+    console.log(
+      `replay bursts: ${replies} replies, RSS peak +${(peak / MiB).toFixed(1)} MiB, +${(after / MiB).toFixed(1)} MiB after; node memory ${JSON.stringify(node.status().memory_mib)}`,
+    );
+    expect(replies).toBeGreaterThan(1000 * 250);
+    expect(Number(node.status().replay_sessions)).toBe(0);
+    expect(Number(node.status().replay_abandoned)).toBe(0);
+    // At most 16 replays at once, each within its send budget; then the allocator is trimmed.
+    expect(peak).toBeLessThan(256 * MiB);
+    expect(after).toBeLessThan(64 * MiB);
+  }, 120_000);
+
   it('a stalled live subscriber holds at most its HWM of batches, and the stream goes on', async () => {
     const node = await serve(['--hwm', '64', '--sim-rate', '2000', '--sim-blocks', '65536', '--buffer-steps', '200']);
     const pid = node.proc.pid as number;

@@ -1,5 +1,8 @@
 #!/usr/bin/env node
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { KvPlaneError } from '../errors.js';
+import { collectGarbageWith } from '../transports/memory.js';
 import { connectWarning } from '../transports/zmq/config.js';
 import { parseServeArgs, type Serving, serveHelp, startServe } from './serve/index.js';
 
@@ -57,6 +60,9 @@ function reportStatus(s: Serving, seconds: number): () => void {
         gaps: p.gaps,
         replay_requests: p.replay.requests,
         replay_sessions: p.replay.sessions,
+        replay_abandoned: p.replay.abandoned,
+        replay_malformed: p.replay.malformed,
+        memory_mib: memoryMib(),
         fail_closed: p.failClosed.length,
       });
     }
@@ -67,12 +73,26 @@ function reportStatus(s: Serving, seconds: number): () => void {
   };
 }
 
+/** The process's memory in MiB: resident, V8 heap in use, and memory outside the heap held by JS objects (Buffers). */
+function memoryMib(): { rss: number; heap: number; external: number } {
+  const m = process.memoryUsage();
+  const mib = (n: number) => Math.round(n / 1048576);
+  return { rss: mib(m.rss), heap: mib(m.heapUsed), external: mib(m.external) };
+}
+
+/** V8's full collection, exposed at run time (the node's own process: no host to disturb). */
+function exposedGc(): () => void {
+  setFlagsFromString('--expose-gc');
+  return runInNewContext('gc') as () => void;
+}
+
 async function serve(argv: string[]): Promise<void> {
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(serveHelp());
     return;
   }
   const config = parseServeArgs(argv);
+  collectGarbageWith(exposedGc());
   const s = await startServe(config);
   for (const endpoint of [config.publisher.endpoint, config.publisher.replayEndpoint]) {
     const warning = endpoint ? connectWarning(endpoint) : null;

@@ -9,6 +9,7 @@ mod extra_key;
 mod hash;
 mod layout;
 mod local_indexer;
+mod memory;
 mod options;
 mod outputs;
 mod queue;

@@ -123,7 +123,14 @@ impl CoreWork for Recover {
     })?;
     let answer = cut.finish();
     let mut cursor = AnswerCursor::new(self.msgpack);
-    let body = cursor.next_chunk(&answer, CHUNK_BYTES).unwrap_or_default();
+    // An `Events` part is bounded (RECOVER_BATCHES_PER_ANSWER) and goes out whole, which keeps
+    // a client walking the log in parts fast; a tree dump, as large as the index, goes in chunks.
+    let target = if matches!(answer, Recovery::Events { .. }) {
+      usize::MAX
+    } else {
+      CHUNK_BYTES
+    };
+    let body = cursor.next_chunk(&answer, target).unwrap_or_default();
     let kind = answer.kind();
     Ok((kind, body, (!cursor.is_done()).then_some((answer, cursor))))
   }
@@ -159,7 +166,11 @@ impl RecoverChunks {
   /// Drops the rest of the answer (a client that went away).
   #[napi]
   pub fn release(&self) {
-    self.encoding.lock().unwrap_or_else(|p| p.into_inner()).take();
+    self
+      .encoding
+      .lock()
+      .unwrap_or_else(|p| p.into_inner())
+      .take();
   }
 }
 

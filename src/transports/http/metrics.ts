@@ -70,6 +70,11 @@ export function publisherMetrics(
   gauge('kvplane_fail_closed_ranks', 'DP ranks whose source failed closed', () => stats().failClosed.length);
   counter('kvplane_replay_requests_total', 'ZMQ replay requests', () => stats().replay.requests);
   counter(
+    'kvplane_replay_refused_total',
+    'ZMQ replay requests refused (the end marker alone): too many were waiting',
+    () => stats().replay.refused,
+  );
+  counter(
     'kvplane_zmq_auth_refused_total',
     'ZMQ CURVE clients refused: their key is not among the allowed clients',
     () => stats().authRefused,

@@ -5,6 +5,7 @@ import type { KvEventPublisher } from '../../publisher.js';
 import type { SourceHealth } from '../../sources/source.js';
 import { bearerMatches } from '../auth.js';
 import type { KvGrpcServer } from '../grpc/server.js';
+import { trimMemorySoon } from '../memory.js';
 import { publisherMetrics, type RecoverCounts } from './metrics.js';
 
 /** An input feeding the publisher, as `/healthz` lists it. */
@@ -152,12 +153,13 @@ export class KvHttpServer {
     } finally {
       answer?.release();
       this.#recovering--;
+      if (this.#recovering === 0) trimMemorySoon();
     }
   }
 
   /**
    * Sends an answer chunk by chunk, encoding the next only once the socket has taken the last
-   * (a one-chunk answer goes out with its length). False when the client stopped reading for
+   * (a one-chunk answer goes out with its length; the next chunk is encoded while one drains). False when the client stopped reading for
    * `recoverSendTimeoutMs` or went away: the connection is then closed.
    */
   async #sendChunks(res: ServerResponse, status: number, type: string, answer: RecoverChunks): Promise<boolean> {
@@ -172,11 +174,18 @@ export class KvHttpServer {
       res.end();
       return true;
     }
-    for (const chunk of [first.value, second.value]) {
-      if (!(await this.#write(res, chunk))) return false;
-    }
-    for await (const chunk of answer.chunks) {
-      if (!(await this.#write(res, chunk))) return false;
+    if (!(await this.#write(res, first.value))) return false;
+    // Each chunk is encoded while the one before it drains: at most two are held at a time.
+    let current: Buffer = second.value;
+    for (;;) {
+      const next = answer.chunks.next();
+      if (!(await this.#write(res, current))) {
+        await next;
+        return false;
+      }
+      const r = await next;
+      if (r.done) break;
+      current = r.value;
     }
     res.end();
     return true;

@@ -165,7 +165,14 @@ class ZapHandler {
           ok = mechanism?.toString() === 'CURVE' && key?.length === 32 && entry.allowed.has(z85Encode(key));
           if (!ok) entry.refused++;
         }
-        await socket.send([version ?? '1.0', id ?? '', ok ? '200' : '400', ok ? 'OK' : 'client key not allowed', '', '']);
+        await socket.send([
+          version ?? '1.0',
+          id ?? '',
+          ok ? '200' : '400',
+          ok ? 'OK' : 'client key not allowed',
+          '',
+          '',
+        ]);
       }
     } catch {
       // The handler closed.

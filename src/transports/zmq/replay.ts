@@ -1,5 +1,6 @@
 import { Router } from 'zeromq';
 import type { LocalIndexer } from '../../indexer.js';
+import { trimMemorySoon } from '../memory.js';
 import { END_OF_REPLAY, SocketWriter, seqFrame } from './writer.js';
 
 export interface ReplayServerOptions {
@@ -18,6 +19,13 @@ export interface ReplayServerOptions {
 }
 
 const EMPTY = Buffer.alloc(0);
+/**
+ * Replays served at once; later requests wait their turn. Each session may hold its send budget
+ * in the socket, so this bounds what replays hold in all (16 × 8 MiB by default).
+ */
+export const MAX_REPLAY_SESSIONS = 16;
+/** Requests that may wait for a session; beyond it a request is refused (the end marker alone) and counted. */
+export const MAX_REPLAY_WAITING = 4096;
 /** Batches fetched from the log per native call (each session holds one chunk's copies). */
 const CHUNK = 8;
 
@@ -28,6 +36,8 @@ export interface ReplayCounters {
   malformed: number;
   /** Replays abandoned: the peer left or stayed full past the send timeout. */
   abandoned: number;
+  /** Requests refused (the end marker alone) because `MAX_REPLAY_WAITING` were already waiting. */
+  refused: number;
   batchesSent: number;
 }
 
@@ -42,9 +52,10 @@ export class ReplayServer {
   readonly #writer: SocketWriter;
   readonly #opts: ReplayServerOptions;
   readonly #prefix: Buffer[];
-  readonly counters: ReplayCounters = { requests: 0, malformed: 0, abandoned: 0, batchesSent: 0 };
+  readonly counters: ReplayCounters = { requests: 0, malformed: 0, abandoned: 0, refused: 0, batchesSent: 0 };
   #loop: Promise<void> = Promise.resolve();
   #sessions = new Set<Promise<void>>();
+  readonly #waiting: Array<{ id: Buffer; start: bigint }> = [];
 
   private constructor(router: Router, opts: ReplayServerOptions) {
     this.#router = router;
@@ -58,7 +69,7 @@ export class ReplayServer {
   static async create(opts: ReplayServerOptions): Promise<ReplayServer> {
     const router = new Router({
       mandatory: true,
-      sendTimeout: opts.sendTimeoutMs,
+      sendTimeout: 0,
       sendHighWaterMark: opts.hwm,
       linger: 0,
       ...opts.curve,
@@ -95,11 +106,29 @@ export class ReplayServer {
           this.#writer.push([id, EMPTY, ...this.#prefix, END_OF_REPLAY, EMPTY]);
           continue;
         }
-        const session = this.#replay(id, start.readBigUInt64BE()).finally(() => this.#sessions.delete(session));
-        this.#sessions.add(session);
+        if (this.#waiting.length >= MAX_REPLAY_WAITING) {
+          this.counters.refused++;
+          this.#writer.push([id, EMPTY, ...this.#prefix, END_OF_REPLAY, EMPTY]);
+          continue;
+        }
+        this.#waiting.push({ id, start: start.readBigUInt64BE() });
+        this.#startSessions();
       }
     } catch (err) {
       if (!this.#router.closed) throw err;
+    }
+  }
+
+  /** Starts waiting replays while fewer than `MAX_REPLAY_SESSIONS` run. */
+  #startSessions(): void {
+    while (this.#sessions.size < MAX_REPLAY_SESSIONS && this.#waiting.length > 0 && !this.#router.closed) {
+      const { id, start } = this.#waiting.shift() as { id: Buffer; start: bigint };
+      const session = this.#replay(id, start).finally(() => {
+        this.#sessions.delete(session);
+        this.#startSessions();
+        if (this.#sessions.size === 0) trimMemorySoon();
+      });
+      this.#sessions.add(session);
     }
   }
 
@@ -116,14 +145,32 @@ export class ReplayServer {
         for (let i = 0; i < seqs.length; i++) {
           const seq = seqs[i] as bigint;
           if (seq > last) break;
-          await this.#writer.send([id, EMPTY, ...this.#prefix, seqFrame(seq), payloads[i] as Buffer]);
+          await this.#sendTo([id, EMPTY, ...this.#prefix, seqFrame(seq), payloads[i] as Buffer]);
           this.counters.batchesSent++;
         }
         next = (seqs[seqs.length - 1] as bigint) + 1n;
       }
-      await this.#writer.send([id, EMPTY, ...this.#prefix, END_OF_REPLAY, EMPTY]);
+      await this.#sendTo([id, EMPTY, ...this.#prefix, END_OF_REPLAY, EMPTY]);
     } catch {
       this.counters.abandoned++;
+    }
+  }
+
+  /**
+   * Sends one reply to its peer. The ROUTER never blocks (send timeout 0), so one full peer holds
+   * up no other: a peer at its HWM (EAGAIN) is retried with a short backoff until
+   * `sendTimeoutMs` passes without the message going out; a peer that left fails at once.
+   */
+  async #sendTo(frames: Buffer[]): Promise<void> {
+    const deadline = Date.now() + this.#opts.sendTimeoutMs;
+    for (let wait = 1; ; wait = Math.min(wait * 2, 50)) {
+      try {
+        return await this.#writer.send(frames);
+      } catch (err) {
+        const full = (err as { code?: string }).code === 'EAGAIN';
+        if (!full || Date.now() >= deadline || this.#router.closed) throw err;
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
     }
   }
 

@@ -1,7 +1,7 @@
 import { Publisher } from 'zeromq';
 import { KvPlaneError } from '../../errors.js';
-import { curveServerOptions, type ZmqCurveOptions, zapHandler } from './curve.js';
 import type { KvEventStream } from '../../stream/stream.js';
+import { curveServerOptions, type ZmqCurveOptions, zapHandler } from './curve.js';
 import { type ReplayCounters, ReplayServer } from './replay.js';
 import { SocketWriter, seqFrame } from './writer.js';
 
@@ -118,7 +118,7 @@ export class ZmqTransport {
   }
 
   get replayCounters(): ReplayCounters & { sessions: number } {
-    const counters = this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, batchesSent: 0 };
+    const counters = this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, refused: 0, batchesSent: 0 };
     return { ...counters, sessions: this.#replay?.sessions ?? 0 };
   }
 

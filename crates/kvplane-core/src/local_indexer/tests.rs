@@ -533,7 +533,14 @@ fn answers_encoded_in_chunks_join_to_the_whole_answer() {
     panic!("expected a TreeDump")
   };
   let dumped = workers[0].events.len();
-  assert_eq!(workers[0].events.iter().map(|e| e.block_hashes.len()).sum::<usize>(), 40);
+  assert_eq!(
+    workers[0]
+      .events
+      .iter()
+      .map(|e| e.block_hashes.len())
+      .sum::<usize>(),
+    40
+  );
   for answer in &answers {
     for msgpack in [false, true] {
       let whole = if msgpack {
@@ -558,7 +565,10 @@ fn answers_encoded_in_chunks_join_to_the_whole_answer() {
     }
   }
   let json = codec::recover::to_json(&answers[1]);
-  assert!(json.starts_with("{\"TreeDump\":{\"workers\":[{\"worker_id\":"), "{json}");
+  assert!(
+    json.starts_with("{\"TreeDump\":{\"workers\":[{\"worker_id\":"),
+    "{json}"
+  );
   assert!(json.contains("]}],\"last_seq\":40,\"epoch\":"), "{json}");
   assert_eq!(json.matches("\"type\":\"BlockStored\"").count(), dumped);
 }
