@@ -27,6 +27,13 @@ export declare class NativeEventQueue {
 export declare class NativeLocalIndexer {
   /** Decodes and applies an encoded payload in one call (no JS object per event). */
   applyEncoded(bytes: Uint8Array, dialect: string): EncodedApplyOut
+  /**
+   * Relays an engine's payload from DP rank `dp_rank`: decoded, applied, encoded once per
+   * format and logged in Rust, published under the next seqs (no JS object per event).
+   */
+  relayEncoded(bytes: Uint8Array, dialect: string, dpRank?: number | undefined | null): PublishedOut
+  /** Publishes `AllBlocksCleared` for DP rank `dp_rank` as the next batch. */
+  clearRank(dpRank: number | undefined | null, ts: number): PublishedOut
   /** The `/kv_recover` answer for `start..=end`, as JSON (`msgpack` false) or msgpack bytes. */
   recover(start: bigint | undefined | null, end: bigint | undefined | null, msgpack: boolean): Promise<RecoverAnswer>
   /**

@@ -309,6 +309,21 @@ export class LocalIndexer {
   }
 
   /**
+   * Relays an engine's payload from DP rank `dpRank`: decoded, applied, encoded once per format
+   * and logged in Rust, published under the next seqs and that rank. Used by `KvEventStream.relay`.
+   * @internal
+   */
+  relayEncoded(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): native.PublishedOut {
+    const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    return callNative(() => this.#native.relayEncoded(buf, dialect, dpRank));
+  }
+
+  /** Publishes `AllBlocksCleared` for `dpRank` as the next batch. Used by `KvEventStream.clearRank`. @internal */
+  clearRank(dpRank: number | null, ts: number): native.PublishedOut {
+    return callNative(() => this.#native.clearRank(dpRank, ts));
+  }
+
+  /**
    * Per worker, how many consecutive leading blocks of a request it holds. The request is its
    * tokens (hashed here into the index's keys) or already its chained block hashes.
    */

@@ -1,3 +1,4 @@
+import type { Dialect } from './codec.js';
 import { KvPlaneError } from './errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from './events.js';
 import type { LocalIndexer, ZmqFormat } from './indexer.js';
@@ -179,6 +180,16 @@ export class KvEventPublisher {
   }
 
   /** Enqueues events; returns how many were accepted (the rest were dropped and counted). */
+  /** `KvEventStream.relay`: an engine's encoded payload from DP rank `dpRank`, relayed at once. */
+  relay(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): number {
+    return this.stream.relay(bytes, dialect, dpRank);
+  }
+
+  /** `KvEventStream.clearRank`: `AllBlocksCleared` for DP rank `dpRank`, at once. */
+  clearRank(dpRank: number | null): void {
+    this.stream.clearRank(dpRank);
+  }
+
   publish(events: readonly KvEvent[]): number {
     return this.#open().publish(events);
   }

@@ -93,7 +93,7 @@ async function serve(argv: string[]): Promise<void> {
   }
   const config = parseServeArgs(argv);
   collectGarbageWith(exposedGc());
-  const s = await startServe(config);
+  const s = await startServe(config, (msg, detail) => log({ level: 'warn', msg, ...detail }));
   for (const endpoint of [config.publisher.endpoint, config.publisher.replayEndpoint]) {
     const warning = endpoint ? connectWarning(endpoint) : null;
     if (warning) log({ level: 'warn', msg: 'endpoint connects', endpoint, detail: warning });

@@ -1,4 +1,5 @@
 import { KvPlaneError } from '../errors.js';
+import { EngineZmqSource } from './engine/zmq_source.js';
 import type { SimEngineOptions } from './sim/engine.js';
 import { SimSource } from './sim/source.js';
 import type { EventSource } from './source.js';
@@ -8,6 +9,29 @@ export interface SourceSettings {
   blockSize?: number;
   /** The simulated engine's settings (`--sim-*`, the config file's `sim` section). */
   sim: SimEngineOptions;
+  /** A real engine's publisher (`--engine-*`, the config file's `engine_*` keys). */
+  engine?: EngineSettings;
+  /** Warnings for the node's log. */
+  onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+}
+
+/** Where a real engine publishes, as `kvplane serve --engine-*` gives it. */
+export interface EngineSettings {
+  endpoint?: string;
+  replayEndpoint?: string | null;
+  dpSize?: number;
+  topic?: string;
+}
+
+function engineZmq(engine: 'vllm' | 'sglang', s: SourceSettings): EngineZmqSource {
+  const e = s.engine ?? {};
+  if (e.endpoint === undefined) {
+    throw new KvPlaneError(
+      'ERR_INVALID_ARG',
+      `--engine ${engine} needs --engine-endpoint tcp://HOST:PORT (the engine's KV events publisher)`,
+    );
+  }
+  return new EngineZmqSource({ engine, ...e, endpoint: e.endpoint, onWarning: s.onWarning });
 }
 
 export interface SourceEntry {
@@ -21,6 +45,14 @@ export const SOURCES: Readonly<Record<string, SourceEntry>> = {
   sim: {
     help: 'the built-in simulated engine',
     create: (s) => new SimSource({ blockSize: s.blockSize, ...s.sim }),
+  },
+  vllm: {
+    help: "a vLLM engine's ZMQ KV events (--engine-endpoint, --engine-replay-endpoint, --engine-dp-size)",
+    create: (s) => engineZmq('vllm', s),
+  },
+  sglang: {
+    help: "an SGLang engine's ZMQ KV events (as vllm)",
+    create: (s) => engineZmq('sglang', s),
   },
 };
 

@@ -48,6 +48,11 @@ export class DrainScheduler {
     }
   }
 
+  /** Whether a cycle is scheduled or running (its batches not yet handed on). */
+  get busy(): boolean {
+    return this.#scheduled || this.#inFlight !== undefined;
+  }
+
   /** No cycle starts after this. */
   stop(): void {
     this.#stopped = true;

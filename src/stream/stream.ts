@@ -1,4 +1,4 @@
-import type { EncodeFormat } from '../codec.js';
+import type { Dialect, EncodeFormat } from '../codec.js';
 import { KvPlaneError } from '../errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from '../events.js';
 import { LocalIndexer, type ZmqFormat } from '../indexer.js';
@@ -126,6 +126,40 @@ export class KvEventStream {
     return n;
   }
 
+  /**
+   * Relays an engine's encoded payload (vLLM / SGLang msgpack, TensorRT-LLM) from DP rank
+   * `dpRank`: the bulk path, decoded, indexed and re-encoded once in Rust, and published at once
+   * under the next seqs with that rank (no JS object per event). Returns the events relayed. A
+   * payload that does not decode throws (`ERR_DECODE`) and publishes nothing. Not to be mixed
+   * with `publish` while its queue drains (`ERR_INVALID_ARG`): the seqs would interleave.
+   */
+  relay(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): number {
+    this.#open();
+    this.#ordered();
+    const out = this.indexer.relayEncoded(bytes, dialect, dpRank);
+    this.#published(out, dpRank);
+    return out.events;
+  }
+
+  /**
+   * Publishes `AllBlocksCleared` for DP rank `dpRank` at once: the rank's state is unknown (a gap
+   * its engine cannot fill, an engine restart), so the index and every consumer drop it.
+   */
+  clearRank(dpRank: number | null): void {
+    this.#open();
+    this.#ordered();
+    this.#published(this.indexer.clearRank(dpRank, Date.now() / 1000), dpRank);
+  }
+
+  #ordered(): void {
+    if (this.#drain.busy || this.#queue.length > 0) {
+      throw new KvPlaneError(
+        'ERR_INVALID_ARG',
+        'relay() and clearRank() cannot run while queued events are being published',
+      );
+    }
+  }
+
   stored(event: Omit<StoredEvent, 'type'>): number {
     return this.publish([{ type: 'stored', ...event }]);
   }
@@ -200,12 +234,12 @@ export class KvEventStream {
     if (this.#closed) throw new KvPlaneError('ERR_CLOSED', 'the KvEventStream is closed');
   }
 
-  #published(out: native.PublishedOut): void {
+  #published(out: native.PublishedOut, dpRank: number | null = this.dataParallelRank): void {
     this.#events += out.events;
     this.#batches += out.seqs.length;
     this.#gaps += out.gaps;
     // Events that failed closed (ERR_UNSUPPORTED_LAYOUT) went out as a clear of the rank.
-    for (const e of out.errors) this.#failClosed.set(this.dataParallelRank ?? 0, e.message);
+    for (const e of out.errors) this.#failClosed.set(dpRank ?? 0, e.message);
     for (const c of this.#consumers) {
       const batches = batchesIn(out, c.format);
       if (batches) c.fn(batches);

@@ -8,8 +8,8 @@ use crate::events::{batch_in, BatchIn};
 use crate::layout::pack_matches;
 use crate::options::NativeIndexerOptions;
 use crate::outputs::{
-  recovery_out, report_out, ApplyReportOut, CursorOut, DropCount, EncodedApplyOut, IndexerStatsOut,
-  RecoveryOut, ReplayOut, WorkerStatsOut,
+  published_out, recovery_out, report_out, ApplyReportOut, CursorOut, DropCount, EncodedApplyOut,
+  IndexerStatsOut, PublishedOut, RecoveryOut, ReplayOut, WorkerStatsOut,
 };
 use crate::queue::{ColumnArgs, ColumnAttrsIn, NativeEventQueue};
 use crate::tasks::{with, Coded, Drain, Dump, Recover, RecoverRange, Shared};
@@ -42,6 +42,33 @@ impl NativeLocalIndexer {
         events: r.events,
         unknown_events: r.unknown_events,
       })
+    })
+  }
+
+  /// Relays an engine's payload from DP rank `dp_rank`: decoded, applied, encoded once per
+  /// format and logged in Rust, published under the next seqs (no JS object per event).
+  #[napi]
+  pub fn relay_encoded(
+    &self,
+    bytes: &[u8],
+    dialect: String,
+    dp_rank: Option<i32>,
+  ) -> Result<PublishedOut, Code> {
+    guard_js(|| {
+      let dialect = Dialect::parse(&dialect)?;
+      Ok(published_out(with(&self.inner, |ix| {
+        ix.relay_encoded(bytes, dialect, dp_rank)
+      })?))
+    })
+  }
+
+  /// Publishes `AllBlocksCleared` for DP rank `dp_rank` as the next batch.
+  #[napi]
+  pub fn clear_rank(&self, dp_rank: Option<i32>, ts: f64) -> Result<PublishedOut, Code> {
+    guard_js(|| {
+      Ok(published_out(with(&self.inner, |ix| {
+        ix.clear_rank(dp_rank, ts)
+      })?))
     })
   }
 

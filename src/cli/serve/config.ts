@@ -2,7 +2,7 @@ import { KvPlaneError } from '../../errors.js';
 import type { ZmqFormat } from '../../indexer.js';
 import { camelKey } from '../../options.js';
 import type { KvEventPublisherOptions } from '../../publisher.js';
-import { checkSourceName } from '../../sources/registry.js';
+import { checkSourceName, type EngineSettings } from '../../sources/registry.js';
 import type { SimEngineOptions } from '../../sources/sim/engine.js';
 import { kvEventsConfigFromJson } from '../../transports/zmq/config.js';
 
@@ -21,6 +21,8 @@ export interface ServeConfig {
   /** Allowed CURVE clients' public keys: a directory of `*.key` certificates or a key file. */
   zmqCurveClients: string | null;
   sim: SimEngineOptions;
+  /** The engine a `vllm` / `sglang` source relays. */
+  engineSource: EngineSettings;
   /** Stop after this many seconds (0: run until a signal). */
   durationSeconds: number;
   /** Status every this many seconds (a live line on a TTY, a JSON log line otherwise). */
@@ -45,6 +47,7 @@ export const SERVE_DEFAULTS: ServeConfig = {
   zmqCurveSecretFile: null,
   zmqCurveClients: null,
   sim: {},
+  engineSource: {},
   durationSeconds: 0,
   statusSeconds: 1,
 };
@@ -103,6 +106,10 @@ export function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): 
     format,
     replay_topic_frame,
     engine,
+    engine_endpoint,
+    engine_replay_endpoint,
+    engine_dp_size,
+    engine_topic,
     ...rest
   } = json as Record<string, unknown> & { kv_events_config?: Record<string, unknown> };
   const events = kvEventsConfigFromJson({ ...(kv_events_config ?? {}), ...rest });
@@ -110,6 +117,10 @@ export function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): 
   delete events.publisher;
   Object.assign(c.publisher, events);
   if (engine !== undefined) c.engine = checkSourceName(String(engine));
+  if (engine_endpoint !== undefined) c.engineSource.endpoint = engine_endpoint as string;
+  if (engine_replay_endpoint !== undefined) c.engineSource.replayEndpoint = engine_replay_endpoint as string | null;
+  if (engine_dp_size !== undefined) c.engineSource.dpSize = engine_dp_size as number;
+  if (engine_topic !== undefined) c.engineSource.topic = engine_topic as string;
   if (data_parallel_rank !== undefined) c.publisher.dataParallelRank = data_parallel_rank as number;
   if (block_size !== undefined) c.sim.blockSize = c.publisher.blockSize = block_size as number;
   if (format !== undefined) c.publisher.format = format as ZmqFormat;

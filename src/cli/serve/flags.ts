@@ -29,6 +29,19 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
       .join(', ')}`,
     apply: (c, v) => (c.engine = checkSourceName(v)),
   },
+  'engine-endpoint': {
+    help: "vllm/sglang: rank 0's KV events publisher to connect to, tcp://HOST:PORT (other ranks at port + rank)",
+    apply: (c, v) => (c.engineSource.endpoint = v),
+  },
+  'engine-replay-endpoint': {
+    help: "vllm/sglang: rank 0's replay endpoint, tcp://HOST:PORT (none: gaps clear the rank)",
+    apply: (c, v) => (c.engineSource.replayEndpoint = v === 'none' ? null : v),
+  },
+  'engine-dp-size': {
+    help: 'vllm/sglang: data-parallel ranks to relay (default 1)',
+    apply: (c, v) => (c.engineSource.dpSize = int('engine-dp-size', v)),
+  },
+  'engine-topic': { help: 'vllm/sglang: topic filter (default all)', apply: (c, v) => (c.engineSource.topic = v) },
   config: { help: 'JSON config file (KVEventsConfig names, snake_case or camelCase)', apply: () => {} },
   endpoint: { help: 'live ZMQ endpoint (default tcp://*:5557)', apply: (c, v) => (c.publisher.endpoint = v) },
   'replay-endpoint': {

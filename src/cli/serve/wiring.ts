@@ -50,10 +50,18 @@ function readCurve(c: ServeConfig): ZmqCurveOptions | null {
 }
 
 /** Starts the chosen source, the publisher (with replay) and the HTTP and gRPC servers. */
-export async function startServe(c: ServeConfig): Promise<Serving> {
+export async function startServe(
+  c: ServeConfig,
+  onWarning?: (msg: string, detail: Record<string, unknown>) => void,
+): Promise<Serving> {
   const authToken = readAuthToken(c.authTokenFile);
   const tls = c.grpc ? readTls(c.grpc) : undefined;
-  const source = createSource(c.engine, { blockSize: c.publisher.blockSize, sim: c.sim });
+  const source = createSource(c.engine, {
+    blockSize: c.publisher.blockSize,
+    sim: c.sim,
+    engine: c.engineSource,
+    onWarning,
+  });
   const curve = readCurve(c);
   const publisher = await KvEventPublisher.create({ blockSize: c.sim.blockSize, ...c.publisher, curve });
   let http: KvHttpServer | null = null;
@@ -75,7 +83,7 @@ export async function startServe(c: ServeConfig): Promise<Serving> {
         ...c.http,
         authToken,
         grpc,
-        sources: [{ name: source.name, kind: source.kind, health: () => source.health() }],
+        sources: [{ name: source.name, kind: source.kind, health: () => source.health(), stats: () => source.stats() }],
       });
     }
     await source.start(publisher.stream);

@@ -15,6 +15,8 @@ export interface SourceInfo {
   kind: string;
   /** The source's own health; without it the source counts as `ok`. */
   health?: () => SourceHealth;
+  /** The source's counters (an engine source's per-rank state), shown in `/healthz`. */
+  stats?: () => Record<string, unknown>;
 }
 
 export interface KvHttpServerOptions {
@@ -227,6 +229,7 @@ export class KvHttpServer {
           kind: src.kind,
           state,
           ...(own.reason && state !== 'fail_closed' ? { reason: own.reason } : {}),
+          ...(src.stats ? { stats: src.stats() } : {}),
         };
       }),
       fail_closed: s.failClosed.map((f) => ({ dp_rank: f.dpRank, reason: f.message })),

@@ -1,6 +1,6 @@
 //! Applying whole batches and encoded payloads.
 
-use super::{ApplyReport, EncodedApplyReport, LocalIndexer};
+use super::{ApplyReport, Drained, EncodedApplyReport, LocalIndexer};
 use crate::codec::{self, Dialect};
 use crate::error::{KvError, KvResult};
 use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
@@ -53,5 +53,41 @@ impl LocalIndexer {
       report.batches.push(self.apply_batch(b)?);
     }
     Ok(report)
+  }
+}
+
+impl LocalIndexer {
+  /// Relays a payload of `dialect` from DP rank `dp_rank` of an engine: its batches (split at
+  /// 1024 events) are published under the next seqs and that rank, whatever rank the payload
+  /// names (a single-rank vLLM leaves it nil), with the engine's timestamps. Nothing is
+  /// published if the bytes do not decode.
+  pub fn relay_encoded(
+    &mut self,
+    bytes: &[u8],
+    dialect: Dialect,
+    dp_rank: Option<i32>,
+  ) -> KvResult<Drained> {
+    let decoded = codec::decode(bytes, dialect)?;
+    let mut out = Drained::default();
+    for mut b in decoded.batches {
+      b.seq = 0;
+      b.dp_rank = dp_rank;
+      for b in split_oversized(b) {
+        out.events += b.events.len();
+        out.batches.push(self.apply_batch(b)?);
+      }
+    }
+    Ok(out)
+  }
+
+  /// Publishes `AllBlocksCleared` for DP rank `dp_rank` as the next batch: the rank's state is
+  /// unknown (a gap its engine cannot fill, a restart), so the index and every consumer drop it.
+  pub fn clear_rank(&mut self, dp_rank: Option<i32>, ts: f64) -> KvResult<Drained> {
+    let batches = self.publish(vec![KvEvent::Cleared], ts, dp_rank)?;
+    Ok(Drained {
+      batches,
+      events: 1,
+      gaps: 0,
+    })
   }
 }

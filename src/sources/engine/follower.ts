@@ -1,0 +1,180 @@
+/**
+ * One DP rank of an engine's stream, followed by its seqs (docs/protocol.md#engine-sources). It
+ * decides, batch by batch, what the relay does: apply it, hold it while a missing range is fetched
+ * from the engine's replay socket, or clear the rank because its state is unknown. No I/O here:
+ * the source feeds it what arrives and carries out what it answers.
+ */
+
+/** A batch as the engine sent it: its seq and its undecoded payload. */
+export interface EngineBatch {
+  seq: bigint;
+  payload: Buffer;
+}
+
+/** What the relay does for one rank, in order. */
+export type FollowStep =
+  | { kind: 'apply'; batch: EngineBatch }
+  /** Fetch `from..` from the engine's replay socket, then call `replayed` / `replayEnded`. */
+  | { kind: 'fetch'; from: bigint }
+  /** The rank's state is unknown: clear it downstream and rebuild from what follows. */
+  | { kind: 'clear'; reason: 'gap' | 'restart' | 'held_overflow' | 'undecodable' };
+
+export interface FollowerCounters {
+  applied: number;
+  /** Gaps filled from the engine's replay. */
+  gapsFilled: number;
+  /** Gaps the engine could not fill (no replay, or the range is gone): the rank was cleared. */
+  unrecoverable: number;
+  /** Engine restarts seen (its seq fell back). */
+  restarts: number;
+  /** Times the rank was cleared downstream. */
+  cleared: number;
+  /** Duplicates skipped (replay overlapping live batches). */
+  duplicates: number;
+  /** Live batches dropped because too many were held during a fetch (then the rank is cleared). */
+  heldDropped: number;
+}
+
+export interface FollowerOptions {
+  /** Whether the engine has a replay socket. */
+  replay: boolean;
+  /** The engine's first seq (vLLM and SGLang count from 0). */
+  firstSeq: bigint;
+  /** Live batches held during a fetch before the rank gives up on it. Default 10,000. */
+  maxHeld?: number;
+}
+
+export class RankFollower {
+  readonly counters: FollowerCounters = {
+    applied: 0,
+    gapsFilled: 0,
+    unrecoverable: 0,
+    restarts: 0,
+    cleared: 0,
+    duplicates: 0,
+    heldDropped: 0,
+  };
+  readonly #opts: Required<FollowerOptions>;
+  /** The seq expected next; `null` before the first batch. */
+  #next: bigint | null = null;
+  /** Live batches that arrived during a fetch, in arrival order. */
+  #held: EngineBatch[] = [];
+  #fetching = false;
+  #overflowed = false;
+  /** The fetch's range had a hole the engine could not fill. */
+  #fetchGap = false;
+
+  constructor(opts: FollowerOptions) {
+    this.#opts = { maxHeld: 10_000, ...opts };
+  }
+
+  /** The last seq applied, or `null`. */
+  get lastSeq(): bigint | null {
+    return this.#next === null ? null : this.#next - 1n;
+  }
+
+  get fetching(): boolean {
+    return this.#fetching;
+  }
+
+  /** A live batch. */
+  live(batch: EngineBatch): FollowStep[] {
+    if (this.#fetching) {
+      if (this.#held.length >= this.#opts.maxHeld) {
+        this.counters.heldDropped++;
+        this.#overflowed = true;
+      } else this.#held.push(batch);
+      return [];
+    }
+    const next = this.#next;
+    if (next === null) {
+      // Joining: what the engine published before this batch comes from its replay, from its
+      // first seq.
+      if (batch.seq > this.#opts.firstSeq && this.#opts.replay) return this.#fetch(this.#opts.firstSeq, batch);
+      return this.#apply(batch);
+    }
+    if (batch.seq === next) return this.#apply(batch);
+    if (batch.seq < next) {
+      // Outside a fetch nothing is sent twice: a seq falling back is a new engine incarnation.
+      this.counters.restarts++;
+      this.#next = null;
+      const steps: FollowStep[] = [this.#clear('restart')];
+      return steps.concat(this.live(batch));
+    }
+    if (this.#opts.replay) return this.#fetch(next, batch);
+    this.counters.unrecoverable++;
+    this.#next = batch.seq;
+    return [this.#clear('gap'), ...this.#apply(batch)];
+  }
+
+  /** A batch from the engine's replay, during a fetch. */
+  replayed(batch: EngineBatch): FollowStep[] {
+    if (!this.#fetching) return [];
+    const next = this.#next ?? this.#opts.firstSeq;
+    if (batch.seq < next) {
+      this.counters.duplicates++;
+      return [];
+    }
+    const steps: FollowStep[] = [];
+    if (batch.seq > next) {
+      // The engine no longer has `next..batch.seq - 1`.
+      this.#fetchGap = true;
+      steps.push(this.#clear('gap'));
+    }
+    this.#next = batch.seq;
+    return steps.concat(this.#apply(batch));
+  }
+
+  /** The fetch ended: the end marker came, or it failed (`ok` false: no answer in time). */
+  replayEnded(ok: boolean): FollowStep[] {
+    if (!this.#fetching) return [];
+    this.#fetching = false;
+    const held = this.#held;
+    this.#held = [];
+    const steps: FollowStep[] = [];
+    const first = held[0];
+    const expected = this.#next ?? this.#opts.firstSeq;
+    const missing = first !== undefined && first.seq > expected;
+    if (this.#overflowed || missing || !ok) {
+      this.counters.unrecoverable++;
+      steps.push(this.#clear(this.#overflowed ? 'held_overflow' : 'gap'));
+      if (first !== undefined) this.#next = first.seq;
+    } else if (this.#fetchGap)
+      this.counters.unrecoverable++; // cleared when the replay skipped
+    else this.counters.gapsFilled++;
+    this.#overflowed = false;
+    this.#fetchGap = false;
+    for (const b of held) {
+      const next = this.#next as bigint | null;
+      if (next !== null && b.seq < next) {
+        this.counters.duplicates++;
+        continue;
+      }
+      steps.push(...this.live(b));
+    }
+    return steps;
+  }
+
+  /** The relay could not apply a batch (undecodable): the rank's state is unknown from here. */
+  lost(): FollowStep[] {
+    return [this.#clear('undecodable')];
+  }
+
+  #apply(batch: EngineBatch): FollowStep[] {
+    this.#next = batch.seq + 1n;
+    this.counters.applied++;
+    return [{ kind: 'apply', batch }];
+  }
+
+  #fetch(from: bigint, held: EngineBatch): FollowStep[] {
+    this.#fetching = true;
+    this.#held = [held];
+    if (this.#next === null) this.#next = from;
+    return [{ kind: 'fetch', from }];
+  }
+
+  #clear(reason: 'gap' | 'restart' | 'held_overflow' | 'undecodable'): FollowStep {
+    this.counters.cleared++;
+    return { kind: 'clear', reason };
+  }
+}

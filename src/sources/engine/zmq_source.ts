@@ -1,0 +1,251 @@
+import { Dealer, Subscriber } from 'zeromq';
+import type { Dialect } from '../../codec.js';
+import { invalidArg, KvPlaneError } from '../../errors.js';
+import { endpointForRank, zmqAddress } from '../../transports/zmq/config.js';
+import { END_OF_REPLAY, seqFrame } from '../../transports/zmq/writer.js';
+import type { EventSink, EventSource, SourceHealth } from '../source.js';
+import { type FollowerCounters, type FollowStep, RankFollower } from './follower.js';
+
+/** Where relayed payloads go: a `KvEventStream` or a `KvEventPublisher`. */
+export interface RelaySink extends EventSink {
+  relay(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): number;
+  clearRank(dpRank: number | null): void;
+  flush(): Promise<void>;
+}
+
+/** A vLLM or SGLang engine's ZMQ KV-event publisher, as `kvplane serve --engine vllm|sglang` relays it. */
+export interface EngineZmqOptions {
+  engine: 'vllm' | 'sglang';
+  /** Rank 0's publisher endpoint, as the relay connects to it (`tcp://HOST:5557`). */
+  endpoint: string;
+  /** Rank 0's replay endpoint; `null` for an engine without replay. */
+  replayEndpoint?: string | null;
+  /** Data-parallel ranks; rank r's endpoints are offset as the engine offsets them. Default 1. */
+  dpSize?: number;
+  /** Topic filter. Default `''` (everything). */
+  topic?: string;
+  /** The relay's own receive HWM per rank, in messages. Default 10,000. */
+  receiveHwm?: number;
+  /** How long a replay fetch may go without an answer before the rank is cleared. Default 5 s. */
+  replayTimeoutMs?: number;
+  /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
+  onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+}
+
+export interface RankStats extends FollowerCounters {
+  rank: number;
+  endpoint: string;
+  connected: boolean;
+  /** The last engine seq applied, or `null`. */
+  lastEngineSeq: bigint | null;
+  /** Messages that were not `[topic, 8-byte seq, payload]`. */
+  malformed: number;
+  /** Payloads that did not decode (then the rank is cleared). */
+  undecodable: number;
+}
+
+/** The engine's first seq: vLLM and SGLang number batches from 0. */
+const ENGINE_FIRST_SEQ = 0n;
+
+/** One DP rank: its SUB socket, its follower, and replay fetches. */
+class RankLink {
+  readonly rank: number;
+  readonly endpoint: string;
+  readonly replayEndpoint: string | null;
+  readonly follower: RankFollower;
+  connected = false;
+  malformed = 0;
+  undecodable = 0;
+  readonly #sub: Subscriber;
+  readonly #source: EngineZmqSource;
+  readonly #sink: RelaySink;
+  #loops: Promise<unknown>[] = [];
+
+  constructor(source: EngineZmqSource, sink: RelaySink, rank: number, endpoint: string, replay: string | null) {
+    this.#source = source;
+    this.#sink = sink;
+    this.rank = rank;
+    this.endpoint = endpoint;
+    this.replayEndpoint = replay;
+    this.follower = new RankFollower({ replay: replay !== null, firstSeq: ENGINE_FIRST_SEQ });
+    this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: source.options.receiveHwm ?? 10_000 });
+  }
+
+  start(): void {
+    this.#sub.connect(this.endpoint);
+    this.#sub.subscribe(this.#source.options.topic ?? '');
+    this.#loops.push(this.#watch(), this.#receive());
+  }
+
+  async stop(): Promise<void> {
+    this.#sub.close();
+    await Promise.allSettled(this.#loops);
+  }
+
+  async #watch(): Promise<void> {
+    try {
+      for await (const ev of this.#sub.events) {
+        if (ev.type === 'connect') this.connected = true;
+        else if (ev.type === 'disconnect') this.connected = false;
+        else if (ev.type === 'end') break;
+      }
+    } catch {
+      // The socket closed.
+    }
+  }
+
+  async #receive(): Promise<void> {
+    try {
+      for await (const frames of this.#sub) {
+        const seq = frames[1];
+        const payload = frames[2];
+        if (frames.length !== 3 || seq?.length !== 8 || payload === undefined) {
+          this.malformed++;
+          this.#source.warn('malformed engine message skipped', { rank: this.rank, frames: frames.length });
+          continue;
+        }
+        this.#run(this.follower.live({ seq: seq.readBigUInt64BE(), payload }));
+      }
+    } catch (err) {
+      if (!this.#sub.closed) throw err;
+    }
+  }
+
+  #run(steps: FollowStep[]): void {
+    for (const step of steps) {
+      if (step.kind === 'apply') {
+        try {
+          this.#sink.relay(step.batch.payload, this.#source.dialect, this.rank);
+        } catch (err) {
+          if (!(err instanceof KvPlaneError) || err.code === 'ERR_CLOSED') throw err;
+          this.undecodable++;
+          this.#source.warn('undecodable engine batch skipped; rank cleared', {
+            rank: this.rank,
+            seq: step.batch.seq.toString(),
+            error: err.message,
+          });
+          this.#run(this.follower.lost());
+        }
+      } else if (step.kind === 'clear') {
+        this.#sink.clearRank(this.rank);
+        this.#source.warn('rank cleared', { rank: this.rank, reason: step.reason });
+      } else {
+        this.#loops.push(this.#fetch(step.from));
+      }
+    }
+  }
+
+  /** Asks the engine's replay socket for `from..`, feeding the follower until the end marker. */
+  async #fetch(from: bigint): Promise<void> {
+    let ok = false;
+    const dealer = new Dealer({ linger: 0, receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000 });
+    try {
+      dealer.connect(this.replayEndpoint as string);
+      await dealer.send([Buffer.alloc(0), seqFrame(from)]);
+      for (;;) {
+        const frames = await dealer.receive();
+        // [empty, topic?, seq, payload]: the topic frame is there or not depending on the engine.
+        const seq = frames[frames.length - 2];
+        const payload = frames[frames.length - 1] as Buffer;
+        if (frames.length < 3 || seq?.length !== 8) {
+          this.malformed++;
+          continue;
+        }
+        if (seq.equals(END_OF_REPLAY)) {
+          ok = true;
+          break;
+        }
+        this.#run(this.follower.replayed({ seq: seq.readBigUInt64BE(), payload }));
+      }
+    } catch (err) {
+      if (!this.#sub.closed) {
+        this.#source.warn('engine replay failed', {
+          rank: this.rank,
+          from: from.toString(),
+          error: (err as Error).message,
+        });
+      }
+    } finally {
+      dealer.close();
+    }
+    if (!this.#sub.closed) this.#run(this.follower.replayEnded(ok));
+  }
+}
+
+/**
+ * Relays a vLLM or SGLang engine's KV events (docs/protocol.md#engine-sources): one ZMQ SUB per
+ * DP rank, payloads handed to the core as bytes, gaps filled from the engine's replay socket,
+ * and a rank whose state is unknown (a gap it cannot fill, an engine restart) cleared downstream.
+ */
+export class EngineZmqSource implements EventSource {
+  readonly name: string;
+  readonly kind = 'zmq';
+  readonly options: EngineZmqOptions;
+  readonly dialect: Dialect;
+  #links: RankLink[] = [];
+
+  constructor(options: EngineZmqOptions) {
+    if (options.engine !== 'vllm' && options.engine !== 'sglang')
+      invalidArg(`engine ${options.engine}: vllm or sglang`);
+    const dpSize = options.dpSize ?? 1;
+    if (!Number.isInteger(dpSize) || dpSize < 1 || dpSize > 1024)
+      invalidArg(`dpSize is ${dpSize}: an integer in 1..1024`);
+    for (const e of [options.endpoint, options.replayEndpoint ?? '']) {
+      if (e.includes('*')) invalidArg(`${e} is a bind address: give the engine's host (tcp://HOST:PORT) to connect to`);
+    }
+    this.options = options;
+    this.name = options.engine;
+    this.dialect = options.engine;
+  }
+
+  async start(sink: EventSink): Promise<void> {
+    if (this.#links.length > 0) throw new KvPlaneError('ERR_INVALID_ARG', `the ${this.name} source is already started`);
+    const relay = sink as RelaySink;
+    if (typeof relay.relay !== 'function' || typeof relay.clearRank !== 'function') {
+      invalidArg('the engine sources relay into a KvEventStream or KvEventPublisher');
+    }
+    await relay.flush();
+    const o = this.options;
+    for (let rank = 0; rank < (o.dpSize ?? 1); rank++) {
+      // The stream opens with every rank it serves cleared: a consumer drops what an earlier
+      // relay told it about these ranks.
+      relay.clearRank(rank);
+      const replay = o.replayEndpoint ? zmqAddress(endpointForRank(o.replayEndpoint, rank)) : null;
+      const link = new RankLink(this, relay, rank, zmqAddress(endpointForRank(o.endpoint, rank)), replay);
+      this.#links.push(link);
+      link.start();
+    }
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all(this.#links.map((l) => l.stop()));
+  }
+
+  warn(msg: string, detail: Record<string, unknown>): void {
+    this.options.onWarning?.(msg, { source: this.name, ...detail });
+  }
+
+  /** Per rank: connection, last engine seq, and what was filled, cleared and skipped. */
+  ranks(): RankStats[] {
+    return this.#links.map((l) => ({
+      rank: l.rank,
+      endpoint: l.endpoint,
+      connected: l.connected,
+      lastEngineSeq: l.follower.lastSeq,
+      malformed: l.malformed,
+      undecodable: l.undecodable,
+      ...l.follower.counters,
+    }));
+  }
+
+  stats(): Record<string, unknown> {
+    return { ranks: this.ranks() };
+  }
+
+  health(): SourceHealth {
+    if (this.#links.length === 0) return { state: 'stopped', reason: 'not started' };
+    const down = this.#links.filter((l) => !l.connected).map((l) => l.rank);
+    if (down.length > 0) return { state: 'disconnected', reason: `rank ${down.join(', ')} not connected` };
+    return { state: 'ok' };
+  }
+}
