@@ -72,9 +72,11 @@ class RankLink {
   }
 
   start(): void {
+    // Watch before connecting: the socket's events are reported from when they are first read.
+    this.#loops.push(this.#watch());
     this.#sub.connect(this.endpoint);
     this.#sub.subscribe(this.#source.options.topic ?? '');
-    this.#loops.push(this.#watch(), this.#receive());
+    this.#loops.push(this.#receive());
   }
 
   async stop(): Promise<void> {

@@ -1,0 +1,119 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { type KvEvent, KvEventPublisher } from '../src/index.js';
+import { serveNode, sleep } from './fixtures.js';
+
+const cleanup: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+/**
+ * An engine-side publisher in vLLM's wire format with replay. It numbers from 1 (vLLM from 0), so
+ * a relay joining it finds no seq 0 in its replay: it clears the rank once, as it would for an
+ * engine whose replay buffer no longer holds its first batches.
+ */
+async function enginePublisher(rank: number | null = null): Promise<KvEventPublisher> {
+  const pub = await KvEventPublisher.create({
+    endpoint: 'tcp://127.0.0.1:*',
+    replayEndpoint: 'tcp://127.0.0.1:*',
+    firstSeq: 1n,
+    openWithClear: false,
+    dataParallelRank: rank,
+  });
+  cleanup.push(() => pub.close());
+  return pub;
+}
+
+const stored = (hash: number, parent: number | null): KvEvent => ({
+  type: 'stored',
+  blockHashes: [BigInt(hash)],
+  parentBlockHash: parent === null ? null : BigInt(parent),
+  tokenIds: new Uint32Array(16).fill(hash),
+  blockSize: 16,
+});
+
+interface Dump {
+  TreeDump: { workers: Array<{ dp_rank: number; events: Array<{ block_hashes: number[] }> }> };
+}
+
+async function dumpedBlocks(http: string): Promise<number[]> {
+  const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
+  return d.TreeDump.workers.flatMap((w) => w.events.flatMap((e) => e.block_hashes)).sort((a, b) => a - b);
+}
+
+describe('kvplane serve --engine vllm relays an engine publisher', () => {
+  it('joins late from the engine replay, relays live batches, and clears the rank on a restart', async () => {
+    const engine = await enginePublisher();
+    // Published before the relay starts: it must come from the engine's replay.
+    engine.publish([stored(1, null), stored(2, 1)]);
+    await engine.flush();
+    const node = await serveNode(
+      [
+        '--engine',
+        'vllm',
+        '--engine-endpoint',
+        engine.endpoint,
+        '--engine-replay-endpoint',
+        engine.replayEndpoint as string,
+        '--http-port',
+        '0',
+      ],
+      cleanup,
+    );
+    const http = node.serving.http as string;
+    await sleep(300);
+    // The first live batch tells the relay the engine is ahead: it fetches 0.. from the replay.
+    for (let i = 3; i <= 10; i++) {
+      engine.publish([stored(i, i - 1)]);
+      await engine.flush();
+      await sleep(10);
+    }
+    let blocks: number[] = [];
+    const deadline = Date.now() + 10_000;
+    while (blocks.length < 10 && Date.now() < deadline) {
+      await sleep(100);
+      blocks = await dumpedBlocks(http);
+    }
+    expect(blocks).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    const health = (await (await fetch(`${http}/healthz`)).json()) as {
+      sources: Array<{ state: string; stats: { ranks: Array<Record<string, unknown>> } }>;
+    };
+    expect(health.sources[0]?.state).toBe('ok');
+    expect(health.sources[0]?.stats.ranks[0]).toMatchObject({ unrecoverable: 1, cleared: 1, lastEngineSeq: 9 });
+
+    // The engine restarts: a new incarnation numbering from 0 again, without the old blocks.
+    const url = new URL(engine.endpoint.replace('tcp://', 'http://'));
+    const replayUrl = new URL((engine.replayEndpoint as string).replace('tcp://', 'http://'));
+    await engine.close();
+    cleanup.pop();
+    // The same ports again, once the old sockets have let go of them.
+    let restarted: KvEventPublisher | undefined;
+    for (let i = 0; restarted === undefined; i++) {
+      restarted = await KvEventPublisher.create({
+        endpoint: `bind:tcp://127.0.0.1:${url.port}`,
+        replayEndpoint: `bind:tcp://127.0.0.1:${replayUrl.port}`,
+        firstSeq: 1n,
+        openWithClear: false,
+      }).catch(async (err) => {
+        if (i > 50) throw err;
+        await sleep(100);
+        return undefined;
+      });
+    }
+    cleanup.push(() => restarted.close());
+    await sleep(500);
+    for (let i = 100; i < 103; i++) {
+      restarted.publish([stored(i, i === 100 ? null : i - 1)]);
+      await restarted.flush();
+      await sleep(10);
+    }
+    const end = Date.now() + 10_000;
+    do {
+      await sleep(100);
+      blocks = await dumpedBlocks(http);
+    } while (blocks[0] !== 100 && Date.now() < end);
+    expect(blocks).toEqual([100, 101, 102]);
+    const after = (await (await fetch(`${http}/healthz`)).json()) as typeof health;
+    expect(after.sources[0]?.stats.ranks[0]).toMatchObject({ restarts: 1 });
+  }, 60_000);
+});
