@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { type KvEvent, KvEventPublisher } from '../src/index.js';
+import { Publisher } from 'zeromq';
+import { encodeBatch, type KvEvent, KvEventPublisher } from '../src/index.js';
 import { serveNode, sleep } from './fixtures.js';
 
 const cleanup: Array<() => unknown> = [];
@@ -116,4 +117,47 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     const after = (await (await fetch(`${http}/healthz`)).json()) as typeof health;
     expect(after.sources[0]?.stats.ranks[0]).toMatchObject({ restarts: 1 });
   }, 60_000);
+
+  it('counts and skips bad input from an engine and keeps relaying', async () => {
+    const engine = new Publisher({ linger: 0 });
+    cleanup.push(() => engine.close());
+    await engine.bind('tcp://127.0.0.1:*');
+    const node = await serveNode(
+      ['--engine', 'vllm', '--engine-endpoint', engine.lastEndpoint as string, '--http-port', '0'],
+      cleanup,
+    );
+    const http = node.serving.http as string;
+    await sleep(300);
+    const seq = (n: bigint) => {
+      const b = Buffer.alloc(8);
+      b.writeBigUInt64BE(n);
+      return b;
+    };
+    const batch = (n: number) => encodeBatch({ seq: 0n, ts: 1, dpRank: null, events: [stored(n, null)] }, 'vllm');
+    const empty = Buffer.alloc(0);
+    await engine.send([empty, seq(0n), batch(1)]);
+    await engine.send([Buffer.from('garbage')]); // one frame
+    await engine.send([empty, seq(1n)]); // two frames
+    await engine.send([empty, Buffer.alloc(7), batch(2)]); // a 7-byte seq
+    await engine.send([empty, seq(1n), Buffer.from([0xc1, 0xff, 0x00])]); // not msgpack
+    await engine.send([empty, seq(2n), batch(2)]);
+    await engine.send([empty, seq(3n), batch(3)]);
+    let ranks: Array<Record<string, unknown>> = [];
+    for (let i = 0; i < 50 && Number(ranks[0]?.lastEngineSeq ?? -1) < 3; i++) {
+      await sleep(100);
+      const health = (await (await fetch(`${http}/healthz`)).json()) as {
+        sources: Array<{ stats: { ranks: Array<Record<string, unknown>> } }>;
+      };
+      ranks = health.sources[0]?.stats.ranks ?? [];
+    }
+    // 3 malformed messages skipped; the undecodable batch 1 cleared the rank, which rebuilt from 2.
+    expect(ranks[0]).toMatchObject({ malformed: 3, undecodable: 1, cleared: 1, lastEngineSeq: 3, applied: 4 });
+    expect(await dumpedBlocks(http)).toEqual([2, 3]);
+    const warnings = node.lines.filter((l) => l.level === 'warn').map((l) => l.msg);
+    expect(warnings).toContain('malformed engine message skipped');
+    expect(warnings).toContain('undecodable engine batch skipped; rank cleared');
+    const metrics = await (await fetch(`${http}/metrics`)).text();
+    expect(metrics).toMatch(/^kvplane_engine_rank_total\{source="vllm",rank="0",what="malformed"\} 3$/m);
+    expect(metrics).toMatch(/^kvplane_engine_rank_connected\{source="vllm",rank="0"\} 1$/m);
+  }, 30_000);
 });

@@ -1,10 +1,10 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { KvEventPublisher } from '../../publisher.js';
+import type { RankStats } from '../../sources/engine/zmq_source.js';
 import type { GrpcStats } from '../grpc/server.js';
 
 const INDEX_DROPS = ['unknown_parent', 'unknown_removed', 'duplicate_store', 'unsupported_layout'] as const;
 
-/** Recovery answers served over HTTP, by kind, and requests refused (429) while others ran. */
 /**
  * `/kv_recover` requests by outcome: the answer kinds, `Refused` (429, too many at once) and
  * `Abandoned` (a client that did not read its answer within the send timeout; also counted by kind).
@@ -19,6 +19,7 @@ export function publisherMetrics(
   publisher: KvEventPublisher,
   recover: RecoverCounts,
   grpc?: () => GrpcStats,
+  sources: readonly { name: string; stats?: () => Record<string, unknown> }[] = [],
 ): Registry {
   const registry = new Registry();
   const stats = () => publisher.stats();
@@ -100,6 +101,7 @@ export function publisherMetrics(
       for (const [answer, n] of Object.entries(recover)) this.inc({ answer }, n);
     },
   });
+  engineRankMetrics(registry, sources);
   if (grpc) {
     gauge('kvplane_grpc_subscribers', 'Open gRPC SubscribeKvEvents streams', () => grpc().subscribers);
     gauge('kvplane_grpc_max_lag_batches', 'The most batches any gRPC subscriber has waiting', () => grpc().maxLag);
@@ -122,4 +124,60 @@ export function publisherMetrics(
     });
   }
   return registry;
+}
+
+/** What an engine source counts per rank, as `kvplane_engine_rank_total{what}`. */
+const RANK_COUNTS: Array<[keyof RankStats, string]> = [
+  ['applied', 'applied'],
+  ['gapsFilled', 'gaps_filled'],
+  ['unrecoverable', 'unrecoverable'],
+  ['restarts', 'restarts'],
+  ['cleared', 'cleared'],
+  ['duplicates', 'duplicates'],
+  ['heldDropped', 'held_dropped'],
+  ['malformed', 'malformed'],
+  ['undecodable', 'undecodable'],
+];
+
+/** Per source and DP rank of an engine source: connected, last engine seq, and its counts. */
+function engineRankMetrics(
+  registry: Registry,
+  sources: readonly { name: string; stats?: () => Record<string, unknown> }[],
+): void {
+  const ranks = () =>
+    sources.flatMap((src) =>
+      ((src.stats?.().ranks as RankStats[] | undefined) ?? []).map((r) => ({ source: src.name, r })),
+    );
+  new Gauge({
+    name: 'kvplane_engine_rank_connected',
+    help: "Whether the relay is connected to an engine rank's publisher",
+    labelNames: ['source', 'rank'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const { source, r } of ranks()) this.set({ source, rank: r.rank }, r.connected ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'kvplane_engine_rank_last_seq',
+    help: 'The last engine seq relayed for a rank (-1 before the first)',
+    labelNames: ['source', 'rank'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const { source, r } of ranks()) this.set({ source, rank: r.rank }, Number(r.lastEngineSeq ?? -1n));
+    },
+  });
+  new Counter({
+    name: 'kvplane_engine_rank_total',
+    help: 'Per engine rank: batches applied, gaps filled from replay, unrecoverable gaps, restarts, clears, duplicates, held batches dropped, malformed messages, undecodable payloads',
+    labelNames: ['source', 'rank', 'what'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const { source, r } of ranks()) {
+        for (const [key, what] of RANK_COUNTS) this.inc({ source, rank: r.rank, what }, r[key] as number);
+      }
+    },
+  });
 }

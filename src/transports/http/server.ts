@@ -76,7 +76,12 @@ export class KvHttpServer {
     this.#maxRecovering = opts.maxConcurrentRecovers ?? 2;
     this.#recoverSendTimeoutMs = opts.recoverSendTimeoutMs ?? 30_000;
     const grpc = this.#grpc;
-    this.#metrics = publisherMetrics(opts.publisher, this.#recover, grpc ? () => grpc.stats() : undefined);
+    this.#metrics = publisherMetrics(
+      opts.publisher,
+      this.#recover,
+      grpc ? () => grpc.stats() : undefined,
+      this.#sources,
+    );
   }
 
   static async create(opts: KvHttpServerOptions): Promise<KvHttpServer> {
