@@ -1,0 +1,248 @@
+// Side by side, in one run: an engine's KV events relayed by `kvplane serve --engine vllm` (onto
+// its ZMQ output, with a gRPC SubscribeKvEvents subscriber attached too) and by a Python relay
+// built the way Dynamo-based tees are (scripts/python_relay.py: pyzmq SUB, msgspec decode with
+// vLLM's structs, every event applied to Dynamo's RadixTree, pyzmq PUB re-publish).
+//
+// The engine is this process: a ZMQ PUB sending vLLM-format batches (`[topic, seq, payload]`, 32
+// events each: 16 one-block BlockStored in chains of 4, and 16 BlockRemoved of the blocks stored
+// 8 batches earlier), each stamped with its send time as the batch's `ts`. A ZMQ SUB here reads
+// the relay's output, so send and receive times come from one clock.
+//   1. top rate: at most 512 batches in flight (sent, not yet received downstream) for --seconds;
+//   2. added latency at half that rate, open loop: receive time - the batch's ts, p50 / p99.
+//
+//   node bench/relay.mjs [--seconds 10] [--only kvplane|python]
+import { spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { createInterface } from 'node:readline';
+import { Publisher, Subscriber } from 'zeromq';
+import { encodeBatch } from '../dist/index.mjs';
+
+const args = process.argv.slice(2);
+const flag = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
+const seconds = Number(flag('--seconds', '10'));
+const only = flag('--only', null);
+const EVENTS = 32;
+const WINDOW = 512;
+const CYCLE = 1024;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const now = () => (performance.timeOrigin + performance.now()) / 1000;
+
+/** The workload: CYCLE batches, replayed cyclically (blocks of the last 8 batches stay live). */
+function workload() {
+  const hash = (batch, i) => BigInt(batch * 64 + i + 1);
+  const out = [];
+  for (let b = 0; b < CYCLE; b++) {
+    const events = [];
+    for (let i = 0; i < 16; i++) {
+      events.push({
+        type: 'stored',
+        blockHashes: [hash(b, i)],
+        parentBlockHash: i % 4 === 0 ? null : hash(b, i - 1),
+        tokenIds: Uint32Array.from({ length: 16 }, (_, t) => (b * 16 + i) * 16 + t),
+        blockSize: 16,
+        medium: 'GPU',
+      });
+    }
+    const old = (b - 8 + CYCLE) % CYCLE;
+    for (let i = 15; i >= 0; i--) events.push({ type: 'removed', blockHashes: [hash(old, i)], medium: 'GPU' });
+    const payload = encodeBatch({ seq: 0n, ts: 1.5, dpRank: null, events }, 'vllm');
+    if (payload[0] !== 0x93 || payload[1] !== 0xcb) throw new Error('unexpected batch layout: ts is not at bytes 2..10');
+    out.push(payload);
+  }
+  return out;
+}
+
+async function freePort() {
+  const srv = createServer();
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address();
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+function lines(proc) {
+  const got = [];
+  const waiters = [];
+  createInterface({ input: proc.stdout }).on('line', (l) => {
+    got.push(l);
+    for (const w of waiters.splice(0)) w();
+  });
+  return {
+    got,
+    async until(pred, what, ms = 20_000) {
+      const end = Date.now() + ms;
+      while (!got.some(pred)) {
+        if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+        await new Promise((r) => {
+          waiters.push(r);
+          setTimeout(r, 100);
+        });
+      }
+      return got.find(pred);
+    },
+  };
+}
+
+/** Starts a relay; returns its output endpoint, extra processes and a stop function. */
+async function startRelay(kind, engineEndpoint) {
+  if (kind === 'kvplane') {
+    const grpcPort = await freePort();
+    const proc = spawn(process.execPath, [
+      'dist/cli.js',
+      'serve',
+      '--engine',
+      'vllm',
+      '--engine-endpoint',
+      engineEndpoint,
+      '--endpoint',
+      'tcp://127.0.0.1:*',
+      '--replay-endpoint',
+      'none',
+      '--http-port',
+      'none',
+      '--grpc-host',
+      '127.0.0.1',
+      '--grpc-port',
+      String(grpcPort),
+      '--grpc-max-lag',
+      '100000',
+      '--status-interval',
+      '60',
+    ]);
+    proc.stderr.pipe(process.stderr);
+    const out = lines(proc);
+    const serving = JSON.parse(await out.until((l) => l.includes('"serving"'), 'kvplane serve'));
+    // One gRPC subscriber, live, in its own process: it reads every batch the relay publishes.
+    const grpc = spawn(process.execPath, ['bench/grpc_sub.mjs', `127.0.0.1:${grpcPort}`, '1', '1000000000']);
+    grpc.stderr.pipe(process.stderr);
+    await lines(grpc).until((l) => l === 'ready', 'the gRPC subscriber');
+    return {
+      endpoint: serving.endpoint,
+      async stop() {
+        grpc.kill();
+        proc.kill('SIGTERM');
+        await new Promise((r) => proc.on('exit', r));
+      },
+    };
+  }
+  const port = await freePort();
+  const proc = spawn('python3', [
+    'scripts/python_relay.py',
+    '--sub',
+    engineEndpoint,
+    '--pub',
+    `tcp://127.0.0.1:${port}`,
+  ]);
+  proc.stderr.pipe(process.stderr);
+  await lines(proc).until((l) => l === 'ready', 'the Python relay');
+  return {
+    endpoint: `tcp://127.0.0.1:${port}`,
+    async stop() {
+      proc.kill('SIGTERM');
+      await new Promise((r) => proc.on('exit', r));
+    },
+  };
+}
+
+/** Percentile of sorted numbers. */
+const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+
+async function measure(kind, batches) {
+  const pub = new Publisher({ sendHighWaterMark: 0, linger: 0 });
+  await pub.bind('tcp://127.0.0.1:*');
+  const relay = await startRelay(kind, pub.lastEndpoint);
+  const sub = new Subscriber({ receiveHighWaterMark: 0, linger: 0 });
+  sub.connect(relay.endpoint);
+  sub.subscribe();
+  await sleep(1000);
+
+  let received = 0;
+  let latencies = null;
+  const reading = (async () => {
+    for await (const [, , payload] of sub) {
+      if (payload.length < 10 || payload[1] !== 0xcb) continue;
+      const ts = payload.readDoubleBE(2);
+      if (ts < 1e9) continue; // not a batch of this run (the relay's opening clear)
+      received++;
+      if (latencies) latencies.push((now() - ts) * 1000);
+    }
+  })().catch(() => {});
+
+  const topic = Buffer.alloc(0);
+  let seq = 0n;
+  const send = async () => {
+    const payload = Buffer.from(batches[Number(seq % BigInt(CYCLE))]);
+    payload.writeDoubleBE(now(), 2);
+    const s = Buffer.alloc(8);
+    s.writeBigUInt64BE(seq++);
+    await pub.send([topic, s, payload]);
+  };
+
+  // 1. Top rate, closed loop.
+  const base = received;
+  let sent = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < seconds * 1000) {
+    if (sent - (received - base) >= WINDOW) {
+      await new Promise((r) => setImmediate(r));
+      continue;
+    }
+    await send();
+    sent++;
+  }
+  const elapsed = (performance.now() - t0) / 1000;
+  const topBatches = received - base;
+  const topRate = (topBatches * EVENTS) / elapsed;
+  for (let i = 0; i < 100 && received - base < sent; i++) await sleep(20);
+
+  // 2. Latency at half the top rate, open loop: batches sent on a 1 ms tick.
+  const perMs = topRate / 2 / EVENTS / 1000;
+  latencies = [];
+  const before = received;
+  let owed = 0;
+  let sentHalf = 0;
+  const t1 = performance.now();
+  let tick = t1;
+  while (performance.now() - t1 < seconds * 1000) {
+    const t = performance.now();
+    owed += (t - tick) * perMs;
+    tick = t;
+    while (owed >= 1) {
+      await send();
+      sentHalf++;
+      owed--;
+    }
+    await sleep(1);
+  }
+  for (let i = 0; i < 100 && received - before < sentHalf; i++) await sleep(20);
+  const lost = sentHalf - (received - before);
+  const sorted = latencies.sort((a, b) => a - b);
+  sub.close();
+  await reading;
+  await relay.stop();
+  pub.close();
+  return {
+    relay: kind,
+    top_events_per_sec: Math.round(topRate),
+    half_rate_events_per_sec: Math.round((sentHalf * EVENTS) / seconds),
+    latency_ms_p50: +pct(sorted, 50).toFixed(3),
+    latency_ms_p99: +pct(sorted, 99).toFixed(3),
+    lost_at_half_rate: lost,
+  };
+}
+
+const batches = workload();
+const results = [];
+for (const kind of ['python', 'kvplane']) {
+  if (only && only !== kind) continue;
+  const r = await measure(kind, batches);
+  console.log(JSON.stringify(r));
+  results.push(r);
+}
+if (results.length === 2) {
+  const [py, kv] = results;
+  const ratio = kv.top_events_per_sec / py.top_events_per_sec;
+  console.log(
+    `kvplane / python events/s: ${ratio.toFixed(1)}x (target >= 10x) ${ratio >= 10 ? 'ok' : 'MISSED'}; kvplane added p99 ${kv.latency_ms_p99} ms (target <= 1) ${kv.latency_ms_p99 <= 1 ? 'ok' : 'MISSED'}`,
+  );
+}
