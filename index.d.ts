@@ -28,8 +28,9 @@ export declare class NativeLocalIndexer {
   /** Decodes and applies an encoded payload in one call (no JS object per event). */
   applyEncoded(bytes: Uint8Array, dialect: string): EncodedApplyOut
   /**
-   * Relays an engine's payload from DP rank `dp_rank`: decoded, applied, encoded once per
-   * format and logged in Rust, published under the next seqs (no JS object per event).
+   * Relays an engine's payload: decoded, applied, encoded once per format and logged in Rust,
+   * published under the next seqs (no JS object per event), under DP rank `dp_rank`, or the
+   * payload's own ranks when it is null.
    */
   relayEncoded(bytes: Uint8Array, dialect: string, dpRank?: number | undefined | null): PublishedOut
   /** Publishes `AllBlocksCleared` for DP rank `dp_rank` as the next batch. */

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher } from 'zeromq';
 import { encodeBatch, type KvEvent, KvEventPublisher } from '../src/index.js';
@@ -159,5 +160,63 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     const metrics = await (await fetch(`${http}/metrics`)).text();
     expect(metrics).toMatch(/^kvplane_engine_rank_total\{source="vllm",rank="0",what="malformed"\} 3$/m);
     expect(metrics).toMatch(/^kvplane_engine_rank_connected\{source="vllm",rank="0"\} 1$/m);
+  }, 30_000);
+
+  it('relays TensorRT-LLM ZMQ batches under their attention-DP ranks, and a gap clears every rank', async () => {
+    // TensorRT-LLM's ZMQ payload: [ts, events, attention_dp_rank], map events under vLLM's names,
+    // encoded by msgspec as TensorRT-LLM does.
+    const payloads = JSON.parse(
+      execFileSync('python3', [
+        '-c',
+        `import json, msgspec
+enc = msgspec.msgpack.Encoder()
+ev = lambda h: {"type": "BlockStored", "block_hashes": [h], "parent_block_hash": None,
+                "token_ids": [h % 1000] * 4, "block_size": 4, "lora_id": None}
+print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6)]))`,
+      ]).toString(),
+    ).map((h: string) => Buffer.from(h, 'hex'));
+    const engine = new Publisher({ linger: 0 });
+    cleanup.push(() => engine.close());
+    await engine.bind('tcp://127.0.0.1:*');
+    const node = await serveNode(
+      [
+        '--engine',
+        'trtllm',
+        '--engine-endpoint',
+        engine.lastEndpoint as string,
+        '--engine-dp-size',
+        '2',
+        '--http-port',
+        '0',
+      ],
+      cleanup,
+    );
+    const http = node.serving.http as string;
+    await sleep(300);
+    const seq = (n: number) => {
+      const b = Buffer.alloc(8);
+      b.writeBigUInt64BE(BigInt(n));
+      return b;
+    };
+    for (let i = 0; i < 4; i++) await engine.send([Buffer.alloc(0), seq(i), payloads[i]]);
+    const ranksOf = async () => {
+      const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
+      return Object.fromEntries(
+        d.TreeDump.workers.map((w) => [w.dp_rank, w.events.flatMap((e) => e.block_hashes).sort((a, b) => a - b)]),
+      );
+    };
+    let got: Record<string, number[]> = {};
+    for (let i = 0; i < 50 && Object.values(got).flat().length < 4; i++) {
+      await sleep(100);
+      got = await ranksOf();
+    }
+    expect(got).toEqual({ 0: [100, 102], 1: [101, 103] });
+    // Seq 4 never comes and there is no replay: both ranks' state is unknown, both are cleared.
+    await engine.send([Buffer.alloc(0), seq(5), payloads[5]]);
+    for (let i = 0; i < 50 && got[0] !== undefined; i++) {
+      await sleep(100);
+      got = await ranksOf();
+    }
+    expect(got).toEqual({ 1: [105] });
   }, 30_000);
 });

@@ -23,7 +23,7 @@ export interface EngineSettings {
   topic?: string;
 }
 
-function engineZmq(engine: 'vllm' | 'sglang', s: SourceSettings): EngineZmqSource {
+function engineZmq(engine: 'vllm' | 'sglang' | 'trtllm', s: SourceSettings): EngineZmqSource {
   const e = s.engine ?? {};
   if (e.endpoint === undefined) {
     throw new KvPlaneError(
@@ -53,6 +53,10 @@ export const SOURCES: Readonly<Record<string, SourceEntry>> = {
   sglang: {
     help: "an SGLang engine's ZMQ KV events (as vllm)",
     create: (s) => engineZmq('sglang', s),
+  },
+  trtllm: {
+    help: "a TensorRT-LLM engine's ZMQ KV events (attention-DP ranks on one socket; --engine-dp-size of them)",
+    create: (s) => engineZmq('trtllm', s),
   },
 };
 

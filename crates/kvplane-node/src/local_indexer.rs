@@ -45,8 +45,9 @@ impl NativeLocalIndexer {
     })
   }
 
-  /// Relays an engine's payload from DP rank `dp_rank`: decoded, applied, encoded once per
-  /// format and logged in Rust, published under the next seqs (no JS object per event).
+  /// Relays an engine's payload: decoded, applied, encoded once per format and logged in Rust,
+  /// published under the next seqs (no JS object per event), under DP rank `dp_rank`, or the
+  /// payload's own ranks when it is null.
   #[napi]
   pub fn relay_encoded(
     &self,

@@ -13,14 +13,21 @@ export interface RelaySink extends EventSink {
   flush(): Promise<void>;
 }
 
-/** A vLLM or SGLang engine's ZMQ KV-event publisher, as `kvplane serve --engine vllm|sglang` relays it. */
+/**
+ * A vLLM, SGLang or TensorRT-LLM engine's ZMQ KV-event publisher, as `kvplane serve --engine
+ * vllm|sglang|trtllm` relays it.
+ */
 export interface EngineZmqOptions {
-  engine: 'vllm' | 'sglang';
+  engine: 'vllm' | 'sglang' | 'trtllm';
   /** Rank 0's publisher endpoint, as the relay connects to it (`tcp://HOST:5557`). */
   endpoint: string;
   /** Rank 0's replay endpoint; `null` for an engine without replay. */
   replayEndpoint?: string | null;
-  /** Data-parallel ranks; rank r's endpoints are offset as the engine offsets them. Default 1. */
+  /**
+   * Data-parallel ranks. Default 1. vLLM and SGLang publish each rank on its own socket, offset
+   * as the engine offsets it; TensorRT-LLM gathers its attention-DP ranks on rank 0's socket,
+   * each batch naming its rank, so this is how many ranks a gap there clears.
+   */
   dpSize?: number;
   /** Topic filter. Default `''` (everything). */
   topic?: string;
@@ -49,7 +56,12 @@ const ENGINE_FIRST_SEQ = 0n;
 
 /** One DP rank: its SUB socket, its follower, and replay fetches. */
 class RankLink {
+  /** The subscription's rank (the socket it reads). */
   readonly rank: number;
+  /** The rank batches are published under; `null`: the payload's own (TensorRT-LLM). */
+  readonly #relayRank: number | null;
+  /** The ranks this subscription's state covers: what a clear clears. */
+  readonly #ranks: number[];
   readonly endpoint: string;
   readonly replayEndpoint: string | null;
   readonly follower: RankFollower;
@@ -61,10 +73,19 @@ class RankLink {
   readonly #sink: RelaySink;
   #loops: Promise<unknown>[] = [];
 
-  constructor(source: EngineZmqSource, sink: RelaySink, rank: number, endpoint: string, replay: string | null) {
+  constructor(
+    source: EngineZmqSource,
+    sink: RelaySink,
+    ranks: number[],
+    relayRank: number | null,
+    endpoint: string,
+    replay: string | null,
+  ) {
     this.#source = source;
     this.#sink = sink;
-    this.rank = rank;
+    this.rank = ranks[0] as number;
+    this.#ranks = ranks;
+    this.#relayRank = relayRank;
     this.endpoint = endpoint;
     this.replayEndpoint = replay;
     this.follower = new RankFollower({ replay: replay !== null, firstSeq: ENGINE_FIRST_SEQ });
@@ -117,7 +138,7 @@ class RankLink {
     for (const step of steps) {
       if (step.kind === 'apply') {
         try {
-          this.#sink.relay(step.batch.payload, this.#source.dialect, this.rank);
+          this.#sink.relay(step.batch.payload, this.#source.dialect, this.#relayRank);
         } catch (err) {
           if (!(err instanceof KvPlaneError) || err.code === 'ERR_CLOSED') throw err;
           this.undecodable++;
@@ -129,8 +150,8 @@ class RankLink {
           this.#run(this.follower.lost());
         }
       } else if (step.kind === 'clear') {
-        this.#sink.clearRank(this.rank);
-        this.#source.warn('rank cleared', { rank: this.rank, reason: step.reason });
+        for (const r of this.#ranks) this.#sink.clearRank(r);
+        this.#source.warn('rank cleared', { rank: this.#ranks.join(','), reason: step.reason });
       } else {
         this.#loops.push(this.#fetch(step.from));
       }
@@ -187,8 +208,9 @@ export class EngineZmqSource implements EventSource {
   #links: RankLink[] = [];
 
   constructor(options: EngineZmqOptions) {
-    if (options.engine !== 'vllm' && options.engine !== 'sglang')
-      invalidArg(`engine ${options.engine}: vllm or sglang`);
+    if (!['vllm', 'sglang', 'trtllm'].includes(options.engine)) {
+      invalidArg(`engine ${options.engine}: vllm, sglang or trtllm`);
+    }
     const dpSize = options.dpSize ?? 1;
     if (!Number.isInteger(dpSize) || dpSize < 1 || dpSize > 1024)
       invalidArg(`dpSize is ${dpSize}: an integer in 1..1024`);
@@ -208,12 +230,18 @@ export class EngineZmqSource implements EventSource {
     }
     await relay.flush();
     const o = this.options;
-    for (let rank = 0; rank < (o.dpSize ?? 1); rank++) {
-      // The stream opens with every rank it serves cleared: a consumer drops what an earlier
-      // relay told it about these ranks.
-      relay.clearRank(rank);
-      const replay = o.replayEndpoint ? zmqAddress(endpointForRank(o.replayEndpoint, rank)) : null;
-      const link = new RankLink(this, relay, rank, zmqAddress(endpointForRank(o.endpoint, rank)), replay);
+    const ranks = Array.from({ length: o.dpSize ?? 1 }, (_, r) => r);
+    // The stream opens with every rank it serves cleared: a consumer drops what an earlier relay
+    // told it about these ranks.
+    for (const rank of ranks) relay.clearRank(rank);
+    const endpoint = (rank: number) => zmqAddress(endpointForRank(o.endpoint, rank));
+    const replay = (rank: number) => (o.replayEndpoint ? zmqAddress(endpointForRank(o.replayEndpoint, rank)) : null);
+    // One socket per rank, except TensorRT-LLM's one socket for all its attention-DP ranks.
+    const links =
+      o.engine === 'trtllm'
+        ? [new RankLink(this, relay, ranks, null, endpoint(0), replay(0))]
+        : ranks.map((r) => new RankLink(this, relay, [r], r, endpoint(r), replay(r)));
+    for (const link of links) {
       this.#links.push(link);
       link.start();
     }

@@ -57,9 +57,10 @@ impl LocalIndexer {
 }
 
 impl LocalIndexer {
-  /// Relays a payload of `dialect` from DP rank `dp_rank` of an engine: its batches (split at
-  /// 1024 events) are published under the next seqs and that rank, whatever rank the payload
-  /// names (a single-rank vLLM leaves it nil), with the engine's timestamps. Nothing is
+  /// Relays a payload of `dialect` from an engine: its batches (split at 1024 events) are
+  /// published under the next seqs with the engine's timestamps, under DP rank `dp_rank` whatever
+  /// rank the payload names (a single-rank vLLM leaves it nil), or with `None` under the
+  /// payload's own ranks (TensorRT-LLM gathers its attention-DP ranks on one socket). Nothing is
   /// published if the bytes do not decode.
   pub fn relay_encoded(
     &mut self,
@@ -71,7 +72,9 @@ impl LocalIndexer {
     let mut out = Drained::default();
     for mut b in decoded.batches {
       b.seq = 0;
-      b.dp_rank = dp_rank;
+      if dp_rank.is_some() {
+        b.dp_rank = dp_rank;
+      }
       for b in split_oversized(b) {
         out.events += b.events.len();
         out.batches.push(self.apply_batch(b)?);
