@@ -33,6 +33,12 @@ export declare class NativeLocalIndexer {
    * payload's own ranks when it is null.
    */
   relayEncoded(bytes: Uint8Array, dialect: string, dpRank?: number | undefined | null): PublishedOut
+  /**
+   * `relay_encoded` for a payload whose events carry the engine's event ids (TensorRT-LLM's
+   * JSON drain): `ranks[i]` expects event id `next_ids[i]` next; a batch that does not follow is
+   * preceded by a clear of its rank.
+   */
+  relayWithEventIds(bytes: Uint8Array, dialect: string, ranks: Int32Array, nextIds: BigUint64Array): RelayedIdsOut
   /** Publishes `AllBlocksCleared` for DP rank `dp_rank` as the next batch. */
   clearRank(dpRank: number | undefined | null, ts: number): PublishedOut
   /** The `/kv_recover` answer for `start..=end`, as JSON (`msgpack` false) or msgpack bytes. */
@@ -371,6 +377,17 @@ export interface RecoveryOut {
   reason?: string
   /** `Events` from `/kv_recover` that stop short of the range: the seq to ask for next. */
   nextStart?: bigint
+}
+
+/** What `relayWithEventIds` published and where each rank's event ids stand. */
+export interface RelayedIdsOut {
+  published: PublishedOut
+  /** `ranks[i]` expects event id `next_ids[i]` next. */
+  ranks: Int32Array
+  nextIds: BigUint64Array
+  /** Ranks cleared before a batch (`break_kinds[i]`: "gap" or "restart"), in order. */
+  breakRanks: Int32Array
+  breakKinds: Array<string>
 }
 
 export interface ReplayOut {

@@ -318,6 +318,22 @@ export class LocalIndexer {
     return callNative(() => this.#native.relayEncoded(buf, dialect, dpRank));
   }
 
+  /**
+   * `relayEncoded` for a payload whose events carry the engine's event ids, under the payload's
+   * ranks: `ranks[i]` expects id `nextIds[i]` next, and a batch that does not follow is preceded
+   * by a clear of its rank. Used by `KvEventStream.relayWithEventIds`.
+   * @internal
+   */
+  relayWithEventIds(
+    bytes: Uint8Array,
+    dialect: Dialect,
+    ranks: Int32Array,
+    nextIds: BigUint64Array,
+  ): native.RelayedIdsOut {
+    const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    return callNative(() => this.#native.relayWithEventIds(buf, dialect, ranks, nextIds));
+  }
+
   /** Publishes `AllBlocksCleared` for `dpRank` as the next batch. Used by `KvEventStream.clearRank`. @internal */
   clearRank(dpRank: number | null, ts: number): native.PublishedOut {
     return callNative(() => this.#native.clearRank(dpRank, ts));

@@ -185,6 +185,15 @@ export class KvEventPublisher {
     return this.stream.relay(bytes, dialect, dpRank);
   }
 
+  /** `KvEventStream.relayWithEventIds`: a TensorRT-LLM JSON drain, with event-id continuity per rank. */
+  relayWithEventIds(
+    bytes: Uint8Array,
+    dialect: Dialect,
+    nextIds: Map<number, bigint>,
+  ): Array<{ dpRank: number; kind: 'gap' | 'restart' }> {
+    return this.stream.relayWithEventIds(bytes, dialect, nextIds);
+  }
+
   /** `KvEventStream.clearRank`: `AllBlocksCleared` for DP rank `dpRank`, at once. */
   clearRank(dpRank: number | null): void {
     this.stream.clearRank(dpRank);

@@ -1,4 +1,5 @@
 import { execFileSync } from 'node:child_process';
+import { createServer } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher } from 'zeromq';
 import { encodeBatch, type KvEvent, KvEventPublisher } from '../src/index.js';
@@ -218,5 +219,85 @@ print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6
       got = await ranksOf();
     }
     expect(got).toEqual({ 1: [105] });
+  }, 30_000);
+
+  it('polls trtllm-serve /kv_cache_events: V1 and V2 events by attention-DP rank, event-id gaps and a restart clear the rank', async () => {
+    const block = (hash: number | string, token: number) => ({
+      type: 'stored_block',
+      block_hash: hash,
+      tokens: Array.from({ length: 4 }, (_, i) => ({ type: 'unique_token', token_id: token + i, token_extra_id: 0 })),
+      cache_level: 0,
+      priority: 35,
+    });
+    const stored = (id: number, rank: number, hash: number | string, token: number) => ({
+      event_id: id,
+      data: { type: 'stored', parent_hash: null, blocks: [block(hash, token)] },
+      window_size: 32,
+      attention_dp_rank: rank,
+    });
+    const v2 = 'ab'.repeat(32); // a V2 cache manager's SHA-256 block key, hex
+    const drains: unknown[][] = [
+      [stored(0, 0, 10, 100), stored(1, 0, 11, 200), stored(0, 1, 20, 300)],
+      [],
+      [stored(5, 0, 12, 400)], // ids 2..4 of rank 0 were dropped by the engine
+      [],
+      [
+        {
+          event_id: 0,
+          data: { type: 'created', num_blocks_per_cache_level: [128, 0] },
+          window_size: 32,
+          attention_dp_rank: 1,
+        },
+        { ...stored(1, 1, v2, 500), hash_algo: 'v2_sha256' },
+      ], // rank 1 restarted
+    ];
+    let served = 0;
+    const server = createServer((req, res) => {
+      expect([req.method, req.url]).toEqual(['POST', '/kv_cache_events']);
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify(drains[served++] ?? []));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanup.push(() => new Promise((r) => server.close(r)));
+    const { port } = server.address() as { port: number };
+    const node = await serveNode(
+      [
+        '--engine',
+        'trtllm',
+        '--engine-url',
+        `http://127.0.0.1:${port}`,
+        '--engine-poll-ms',
+        '20',
+        '--engine-dp-size',
+        '2',
+        '--http-port',
+        '0',
+      ],
+      cleanup,
+    );
+    const http = node.serving.http as string;
+    for (let i = 0; i < 100 && served < drains.length + 1; i++) await sleep(50);
+    await sleep(200);
+    const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
+    const byRank = Object.fromEntries(
+      d.TreeDump.workers.map((w) => [w.dp_rank, w.events.flatMap((e) => e.block_hashes)]),
+    );
+    expect(byRank[0]).toEqual([12]);
+    expect(byRank[1]).toHaveLength(1);
+    expect(byRank[1]?.[0]).not.toBe(20);
+    const health = (await (await fetch(`${http}/healthz`)).json()) as {
+      sources: Array<{
+        kind: string;
+        state: string;
+        stats: { ranks: Array<Record<string, unknown>>; emptyDrains: number };
+      }>;
+    };
+    const src = health.sources[0];
+    expect(src?.kind).toBe('http');
+    expect(src?.state).toBe('ok');
+    expect(src?.stats.emptyDrains).toBeGreaterThanOrEqual(2);
+    const ranks = Object.fromEntries((src?.stats.ranks ?? []).map((r) => [r.rank, r]));
+    expect(ranks[0]).toMatchObject({ gaps: 1, restarts: 0, nextEventId: 6 });
+    expect(ranks[1]).toMatchObject({ gaps: 0, restarts: 1, nextEventId: 2 });
   }, 30_000);
 });

@@ -1,4 +1,5 @@
 import { KvPlaneError } from '../errors.js';
+import { TrtllmHttpSource } from './engine/trtllm_http.js';
 import { EngineZmqSource } from './engine/zmq_source.js';
 import type { SimEngineOptions } from './sim/engine.js';
 import { SimSource } from './sim/source.js';
@@ -17,6 +18,9 @@ export interface SourceSettings {
 
 /** Where a real engine publishes, as `kvplane serve --engine-*` gives it. */
 export interface EngineSettings {
+  /** TensorRT-LLM's HTTP drain (`trtllm-serve`): polled instead of a ZMQ endpoint. */
+  url?: string;
+  pollMs?: number;
   endpoint?: string;
   replayEndpoint?: string | null;
   dpSize?: number;
@@ -55,8 +59,16 @@ export const SOURCES: Readonly<Record<string, SourceEntry>> = {
     create: (s) => engineZmq('sglang', s),
   },
   trtllm: {
-    help: "a TensorRT-LLM engine's ZMQ KV events (attention-DP ranks on one socket; --engine-dp-size of them)",
-    create: (s) => engineZmq('trtllm', s),
+    help: "a TensorRT-LLM engine's KV events: its ZMQ publisher (--engine-endpoint), or trtllm-serve's HTTP drain polled (--engine-url, --engine-poll-ms)",
+    create: (s) =>
+      s.engine?.url !== undefined
+        ? new TrtllmHttpSource({
+            url: s.engine.url,
+            pollMs: s.engine.pollMs,
+            dpSize: s.engine.dpSize,
+            onWarning: s.onWarning,
+          })
+        : engineZmq('trtllm', s),
   },
 };
 

@@ -1,3 +1,5 @@
+import type { Dialect } from '../codec.js';
+import { invalidArg } from '../errors.js';
 import type { KvEvent } from '../events.js';
 
 /** Where a source sends its events: a `KvEventStream` or a `KvEventPublisher`. */
@@ -30,4 +32,25 @@ export interface EventSource {
   /** The source's own counters. */
   stats(): Record<string, unknown>;
   health(): SourceHealth;
+}
+
+/** Where relayed payloads go: a `KvEventStream` or a `KvEventPublisher`. */
+export interface RelaySink extends EventSink {
+  relay(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): number;
+  relayWithEventIds(
+    bytes: Uint8Array,
+    dialect: Dialect,
+    nextIds: Map<number, bigint>,
+  ): Array<{ dpRank: number; kind: 'gap' | 'restart' }>;
+  clearRank(dpRank: number | null): void;
+  flush(): Promise<void>;
+}
+
+/** `sink` as a `RelaySink` (`ERR_INVALID_ARG` for a sink that cannot relay). */
+export function relaySink(sink: EventSink): RelaySink {
+  const r = sink as RelaySink;
+  if (typeof r.relay !== 'function' || typeof r.clearRank !== 'function' || typeof r.relayWithEventIds !== 'function') {
+    invalidArg('the engine sources relay into a KvEventStream or KvEventPublisher');
+  }
+  return r;
 }

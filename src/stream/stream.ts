@@ -142,6 +142,28 @@ export class KvEventStream {
   }
 
   /**
+   * `relay` for a payload whose events carry the engine's event ids (TensorRT-LLM's JSON drain),
+   * each batch under its own rank. `nextIds` holds, per rank, the event id expected next, and is
+   * updated; a batch that does not follow (ids skipped: the engine dropped events; ids falling
+   * back: it restarted) is preceded by `AllBlocksCleared` for its rank. Returns those breaks.
+   */
+  relayWithEventIds(
+    bytes: Uint8Array,
+    dialect: Dialect,
+    nextIds: Map<number, bigint>,
+  ): Array<{ dpRank: number; kind: 'gap' | 'restart' }> {
+    this.#open();
+    this.#ordered();
+    const ranks = Int32Array.from(nextIds.keys());
+    const ids = BigUint64Array.from(nextIds.values());
+    const out = this.indexer.relayWithEventIds(bytes, dialect, ranks, ids);
+    this.#published(out.published, null);
+    nextIds.clear();
+    out.ranks.forEach((r, i) => nextIds.set(r, out.nextIds[i] as bigint));
+    return Array.from(out.breakRanks, (dpRank, i) => ({ dpRank, kind: out.breakKinds[i] as 'gap' | 'restart' }));
+  }
+
+  /**
    * Publishes `AllBlocksCleared` for DP rank `dpRank` at once: the rank's state is unknown (a gap
    * its engine cannot fill, an engine restart), so the index and every consumer drop it.
    */

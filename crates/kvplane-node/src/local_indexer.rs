@@ -9,7 +9,7 @@ use crate::layout::pack_matches;
 use crate::options::NativeIndexerOptions;
 use crate::outputs::{
   published_out, recovery_out, report_out, ApplyReportOut, CursorOut, DropCount, EncodedApplyOut,
-  IndexerStatsOut, PublishedOut, RecoveryOut, ReplayOut, WorkerStatsOut,
+  IndexerStatsOut, PublishedOut, RecoveryOut, RelayedIdsOut, ReplayOut, WorkerStatsOut,
 };
 use crate::queue::{ColumnArgs, ColumnAttrsIn, NativeEventQueue};
 use crate::tasks::{with, Coded, Drain, Dump, Recover, RecoverRange, Shared};
@@ -17,6 +17,7 @@ use kvplane_core::codec::smg::expired_cursor_message;
 use kvplane_core::codec::{Dialect, Format};
 use kvplane_core::hash::tokens_from_f64;
 use kvplane_core::index::{MatchOptions, WorkerKey};
+use kvplane_core::local_indexer::IdBreak;
 use kvplane_core::local_indexer::{LocalIndexer, LocalIndexerConfig};
 use kvplane_core::stream::Cursor;
 use kvplane_core::{ErrorCode, KvError, KvResult};
@@ -60,6 +61,44 @@ impl NativeLocalIndexer {
       Ok(published_out(with(&self.inner, |ix| {
         ix.relay_encoded(bytes, dialect, dp_rank)
       })?))
+    })
+  }
+
+  /// `relay_encoded` for a payload whose events carry the engine's event ids (TensorRT-LLM's
+  /// JSON drain): `ranks[i]` expects event id `next_ids[i]` next; a batch that does not follow is
+  /// preceded by a clear of its rank.
+  #[napi]
+  pub fn relay_with_event_ids(
+    &self,
+    bytes: &[u8],
+    dialect: String,
+    ranks: Int32Array,
+    next_ids: BigUint64Array,
+  ) -> Result<RelayedIdsOut, Code> {
+    guard_js(|| {
+      let dialect = Dialect::parse(&dialect)?;
+      let expected: Vec<(i32, u64)> = ranks
+        .iter()
+        .copied()
+        .zip(next_ids.iter().copied())
+        .collect();
+      let r = with(&self.inner, |ix| {
+        ix.relay_with_event_ids(bytes, dialect, &expected)
+      })?;
+      Ok(RelayedIdsOut {
+        published: published_out(r.drained),
+        ranks: Int32Array::new(r.next_ids.iter().map(|(k, _)| *k).collect()),
+        next_ids: BigUint64Array::new(r.next_ids.iter().map(|(_, v)| *v).collect()),
+        break_ranks: Int32Array::new(r.breaks.iter().map(|(k, _)| *k).collect()),
+        break_kinds: r
+          .breaks
+          .iter()
+          .map(|(_, b)| match b {
+            IdBreak::Gap => "gap".to_string(),
+            IdBreak::Restart => "restart".to_string(),
+          })
+          .collect(),
+      })
     })
   }
 

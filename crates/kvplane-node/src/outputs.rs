@@ -145,6 +145,18 @@ pub struct RecoverAnswer {
   pub rest: Option<crate::tasks::RecoverChunks>,
 }
 
+/// What `relayWithEventIds` published and where each rank's event ids stand.
+#[napi(object)]
+pub struct RelayedIdsOut {
+  pub published: PublishedOut,
+  /// `ranks[i]` expects event id `next_ids[i]` next.
+  pub ranks: Int32Array,
+  pub next_ids: BigUint64Array,
+  /// Ranks cleared before a batch (`break_kinds[i]`: "gap" or "restart"), in order.
+  pub break_ranks: Int32Array,
+  pub break_kinds: Vec<String>,
+}
+
 #[napi(object)]
 pub struct PublishedOut {
   pub seqs: BigUint64Array,

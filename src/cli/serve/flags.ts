@@ -41,6 +41,14 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: 'vllm/sglang: data-parallel ranks to relay (default 1)',
     apply: (c, v) => (c.engineSource.dpSize = int('engine-dp-size', v)),
   },
+  'engine-url': {
+    help: "trtllm: trtllm-serve's URL, http://HOST:PORT, whose POST /kv_cache_events is polled (instead of ZMQ)",
+    apply: (c, v) => (c.engineSource.url = v),
+  },
+  'engine-poll-ms': {
+    help: 'trtllm with --engine-url: time between drains (default 100)',
+    apply: (c, v) => (c.engineSource.pollMs = int('engine-poll-ms', v)),
+  },
   'engine-topic': { help: 'vllm/sglang: topic filter (default all)', apply: (c, v) => (c.engineSource.topic = v) },
   config: { help: 'JSON config file (KVEventsConfig names, snake_case or camelCase)', apply: () => {} },
   endpoint: { help: 'live ZMQ endpoint (default tcp://*:5557)', apply: (c, v) => (c.publisher.endpoint = v) },

@@ -3,15 +3,8 @@ import type { Dialect } from '../../codec.js';
 import { invalidArg, KvPlaneError } from '../../errors.js';
 import { endpointForRank, zmqAddress } from '../../transports/zmq/config.js';
 import { END_OF_REPLAY, seqFrame } from '../../transports/zmq/writer.js';
-import type { EventSink, EventSource, SourceHealth } from '../source.js';
+import { type EventSink, type EventSource, type RelaySink, relaySink, type SourceHealth } from '../source.js';
 import { type FollowerCounters, type FollowStep, RankFollower } from './follower.js';
-
-/** Where relayed payloads go: a `KvEventStream` or a `KvEventPublisher`. */
-export interface RelaySink extends EventSink {
-  relay(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): number;
-  clearRank(dpRank: number | null): void;
-  flush(): Promise<void>;
-}
 
 /**
  * A vLLM, SGLang or TensorRT-LLM engine's ZMQ KV-event publisher, as `kvplane serve --engine
@@ -224,10 +217,7 @@ export class EngineZmqSource implements EventSource {
 
   async start(sink: EventSink): Promise<void> {
     if (this.#links.length > 0) throw new KvPlaneError('ERR_INVALID_ARG', `the ${this.name} source is already started`);
-    const relay = sink as RelaySink;
-    if (typeof relay.relay !== 'function' || typeof relay.clearRank !== 'function') {
-      invalidArg('the engine sources relay into a KvEventStream or KvEventPublisher');
-    }
+    const relay = relaySink(sink);
     await relay.flush();
     const o = this.options;
     const ranks = Array.from({ length: o.dpSize ?? 1 }, (_, r) => r);

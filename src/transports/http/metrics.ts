@@ -155,7 +155,9 @@ function engineRankMetrics(
     registers: [registry],
     collect() {
       this.reset();
-      for (const { source, r } of ranks()) this.set({ source, rank: r.rank }, r.connected ? 1 : 0);
+      for (const { source, r } of ranks()) {
+        if (r.connected !== undefined) this.set({ source, rank: r.rank }, r.connected ? 1 : 0);
+      }
     },
   });
   new Gauge({
@@ -165,7 +167,9 @@ function engineRankMetrics(
     registers: [registry],
     collect() {
       this.reset();
-      for (const { source, r } of ranks()) this.set({ source, rank: r.rank }, Number(r.lastEngineSeq ?? -1n));
+      for (const { source, r } of ranks()) {
+        if (r.lastEngineSeq !== undefined) this.set({ source, rank: r.rank }, Number(r.lastEngineSeq ?? -1n));
+      }
     },
   });
   new Counter({
@@ -176,7 +180,10 @@ function engineRankMetrics(
     collect() {
       this.reset();
       for (const { source, r } of ranks()) {
-        for (const [key, what] of RANK_COUNTS) this.inc({ source, rank: r.rank, what }, r[key] as number);
+        for (const [key, what] of RANK_COUNTS) {
+          const v = r[key];
+          if (typeof v === 'number') this.inc({ source, rank: r.rank, what }, v);
+        }
       }
     },
   });

@@ -94,3 +94,73 @@ impl LocalIndexer {
     })
   }
 }
+
+/// How a relayed batch's first event id followed the last one of its rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdBreak {
+  /// Ids were skipped: the engine dropped events (TensorRT-LLM's bounded event buffer).
+  Gap,
+  /// Ids fell back: a new engine incarnation.
+  Restart,
+}
+
+/// What `relay_with_event_ids` published, and where each rank's event ids stand now.
+#[derive(Debug, Default)]
+pub struct RelayedIds {
+  pub drained: Drained,
+  /// Per rank, the event id expected next.
+  pub next_ids: Vec<(i32, u64)>,
+  /// Ranks cleared before a batch, and why, in order.
+  pub breaks: Vec<(i32, IdBreak)>,
+}
+
+impl LocalIndexer {
+  /// `relay_encoded` for a payload whose events carry the engine's event ids (TensorRT-LLM's
+  /// JSON drain), under the payload's own ranks. A batch whose first id does not follow its
+  /// rank's `next_ids` entry (a gap, or ids falling back on a restart) is preceded by
+  /// `AllBlocksCleared` for that rank: its state is unknown, and it rebuilds from this batch.
+  pub fn relay_with_event_ids(
+    &mut self,
+    bytes: &[u8],
+    dialect: Dialect,
+    next_ids: &[(i32, u64)],
+  ) -> KvResult<RelayedIds> {
+    let decoded = codec::decode(bytes, dialect)?;
+    let mut out = RelayedIds {
+      next_ids: next_ids.to_vec(),
+      ..Default::default()
+    };
+    for (b, ids) in decoded.batches.into_iter().zip(decoded.event_ids) {
+      let rank = b.dp_rank.unwrap_or(0);
+      let slot = out.next_ids.iter().position(|(r, _)| *r == rank);
+      if let (Some(&first), Some(i)) = (ids.first(), slot) {
+        let expected = out.next_ids[i].1;
+        let brk = match first.cmp(&expected) {
+          std::cmp::Ordering::Greater => Some(IdBreak::Gap),
+          std::cmp::Ordering::Less => Some(IdBreak::Restart),
+          std::cmp::Ordering::Equal => None,
+        };
+        if let Some(brk) = brk {
+          out.breaks.push((rank, brk));
+          let cleared = self.publish(vec![KvEvent::Cleared], b.ts, Some(rank))?;
+          out.drained.events += 1;
+          out.drained.batches.extend(cleared);
+        }
+      }
+      if let Some(&last) = ids.last() {
+        let next = last.wrapping_add(1);
+        match slot {
+          Some(i) => out.next_ids[i].1 = next,
+          None => out.next_ids.push((rank, next)),
+        }
+      }
+      let mut b = b;
+      b.seq = 0;
+      for b in split_oversized(b) {
+        out.drained.events += b.events.len();
+        out.drained.batches.push(self.apply_batch(b)?);
+      }
+    }
+    Ok(out)
+  }
+}

@@ -6,8 +6,11 @@
 mod apply;
 mod publish;
 mod recover;
+
 #[cfg(test)]
 mod tests;
+
+pub use apply::{IdBreak, RelayedIds};
 
 use crate::codec::Format;
 use crate::error::{KvError, KvResult};
