@@ -2,6 +2,14 @@ import { describe, expect, it } from 'vitest';
 import { type FollowStep, RankFollower } from '../src/sources/engine/follower.js';
 
 const b = (seq: number) => ({ seq: BigInt(seq), payload: Buffer.from([seq]) });
+/** The fetch in progress: fetches are numbered from 1 per follower, the tests start one at a time. */
+const fetches = new WeakMap<RankFollower, number>();
+const fetchId = (f: RankFollower) => fetches.get(f) ?? 0;
+const follow = (f: RankFollower, steps: FollowStep[]) => {
+  for (const s of steps) if (s.kind === 'fetch') fetches.set(f, s.fetch);
+  return steps;
+};
+const live = (f: RankFollower, batch: ReturnType<typeof b>) => follow(f, f.live(batch));
 /** Steps as short strings: `a3` applies seq 3, `f2` fetches from 2, `c:gap` clears. */
 const short = (steps: FollowStep[]) =>
   steps.map((s) => (s.kind === 'apply' ? `a${s.batch.seq}` : s.kind === 'fetch' ? `f${s.from}` : `c:${s.reason}`));
@@ -9,72 +17,102 @@ const short = (steps: FollowStep[]) =>
 describe('RankFollower: one engine rank followed by its seqs', () => {
   it('applies a dense stream from the engine first seq', () => {
     const f = new RankFollower({ replay: true, firstSeq: 0n });
-    expect([0, 1, 2].flatMap((s) => short(f.live(b(s))))).toEqual(['a0', 'a1', 'a2']);
+    expect([0, 1, 2].flatMap((s) => short(live(f, b(s))))).toEqual(['a0', 'a1', 'a2']);
     expect(f.lastSeq).toBe(2n);
     expect(f.counters.applied).toBe(3);
   });
 
   it('joining late fetches from the first seq, holds live batches, and applies them after without duplicates', () => {
     const f = new RankFollower({ replay: true, firstSeq: 0n });
-    expect(short(f.live(b(5)))).toEqual(['f0']);
-    expect(short(f.live(b(6)))).toEqual([]); // held
-    const replayed = [0, 1, 2, 3, 4, 5].flatMap((s) => short(f.replayed(b(s))));
+    expect(short(live(f, b(5)))).toEqual(['f0']);
+    expect(short(live(f, b(6)))).toEqual([]); // held
+    const replayed = [0, 1, 2, 3, 4, 5].flatMap((s) => short(follow(f, f.replayed(fetchId(f), b(s)))));
     expect(replayed).toEqual(['a0', 'a1', 'a2', 'a3', 'a4', 'a5']);
-    expect(short(f.replayEnded(true))).toEqual(['a6']); // 5 was a duplicate of the replay
+    expect(short(follow(f, f.replayEnded(fetchId(f), true)))).toEqual(['a6']); // 5 was a duplicate of the replay
     expect(f.counters).toMatchObject({ gapsFilled: 1, duplicates: 1, cleared: 0 });
   });
 
   it('fills a gap from replay, in order before what arrived meanwhile', () => {
     const f = new RankFollower({ replay: true, firstSeq: 0n });
-    f.live(b(0));
-    expect(short(f.live(b(3)))).toEqual(['f1']);
-    f.live(b(4));
-    expect([1, 2].flatMap((s) => short(f.replayed(b(s))))).toEqual(['a1', 'a2']);
-    expect(short(f.replayEnded(true))).toEqual(['a3', 'a4']);
+    live(f, b(0));
+    expect(short(live(f, b(3)))).toEqual(['f1']);
+    live(f, b(4));
+    expect([1, 2].flatMap((s) => short(follow(f, f.replayed(fetchId(f), b(s)))))).toEqual(['a1', 'a2']);
+    expect(short(follow(f, f.replayEnded(fetchId(f), true)))).toEqual(['a3', 'a4']);
     expect(f.counters.gapsFilled).toBe(1);
   });
 
   it('clears the rank when the engine no longer has the range, then rebuilds from what follows', () => {
     const f = new RankFollower({ replay: true, firstSeq: 0n });
-    f.live(b(0));
-    f.live(b(10));
-    expect(short(f.replayed(b(7)))).toEqual(['c:gap', 'a7']);
-    expect([8, 9, 10].flatMap((s) => short(f.replayed(b(s))))).toEqual(['a8', 'a9', 'a10']);
-    expect(short(f.replayEnded(true))).toEqual([]);
+    live(f, b(0));
+    live(f, b(10));
+    expect(short(follow(f, f.replayed(fetchId(f), b(7))))).toEqual(['c:gap', 'a7']);
+    expect([8, 9, 10].flatMap((s) => short(follow(f, f.replayed(fetchId(f), b(s)))))).toEqual(['a8', 'a9', 'a10']);
+    expect(short(follow(f, f.replayEnded(fetchId(f), true)))).toEqual([]);
     expect(f.counters).toMatchObject({ unrecoverable: 1, cleared: 1, gapsFilled: 0 });
   });
 
   it('without replay a gap clears the rank and is counted', () => {
     const f = new RankFollower({ replay: false, firstSeq: 0n });
-    f.live(b(0));
-    expect(short(f.live(b(2)))).toEqual(['c:gap', 'a2']);
+    live(f, b(0));
+    expect(short(live(f, b(2)))).toEqual(['c:gap', 'a2']);
     expect(f.counters.unrecoverable).toBe(1);
   });
 
   it('a seq falling back is an engine restart: the rank is cleared and the new incarnation joined', () => {
     const f = new RankFollower({ replay: true, firstSeq: 0n });
-    for (const s of [0, 1, 2, 3]) f.live(b(s));
-    expect(short(f.live(b(0)))).toEqual(['c:restart', 'a0']);
-    expect(short(f.live(b(0)))).toEqual(['c:restart', 'a0']);
-    f.live(b(1));
-    expect(short(f.live(b(0)))).toEqual(['c:restart', 'a0']);
+    for (const s of [0, 1, 2, 3]) live(f, b(s));
+    expect(short(live(f, b(0)))).toEqual(['c:restart', 'a0']);
+    expect(short(live(f, b(0)))).toEqual(['c:restart', 'a0']);
+    live(f, b(1));
+    expect(short(live(f, b(0)))).toEqual(['c:restart', 'a0']);
     expect(f.counters.restarts).toBe(3);
     // A restarted engine seen first at seq 2 is joined from its first seq.
-    f.live(b(1));
-    f.live(b(2));
-    expect(short(f.live(b(2)))).toEqual(['c:restart', 'f0']);
+    live(f, b(1));
+    live(f, b(2));
+    expect(short(live(f, b(2)))).toEqual(['c:restart', 'f0']);
   });
 
   it('a failed fetch, or too many held batches, clears the rank instead of routing on a hole', () => {
     const f = new RankFollower({ replay: true, firstSeq: 0n, maxHeld: 2 });
-    f.live(b(0));
-    f.live(b(5));
-    expect(short(f.replayEnded(false))).toEqual(['c:gap', 'a5']);
-    f.live(b(9));
-    f.live(b(10));
-    f.live(b(11)); // dropped: over maxHeld
+    live(f, b(0));
+    live(f, b(5));
+    expect(short(follow(f, f.replayEnded(fetchId(f), false)))).toEqual(['c:gap', 'a5']);
+    live(f, b(9));
+    live(f, b(10));
+    live(f, b(11)); // dropped: over maxHeld
     expect(f.counters.heldDropped).toBe(1);
-    expect(short(f.replayEnded(true))).toEqual(['c:held_overflow', 'a9', 'a10']);
+    expect(short(follow(f, f.replayEnded(fetchId(f), true)))).toEqual(['c:held_overflow', 'a9', 'a10']);
     expect(f.counters.unrecoverable).toBe(2);
+  });
+
+  it('live batches that a replay already delivered are duplicates, not a restart', () => {
+    const f = new RankFollower({ replay: true, firstSeq: 0n });
+    live(f, b(0));
+    expect(short(live(f, b(3)))).toEqual(['f1']);
+    // The replay runs ahead of the live socket, up to the engine's newest batch.
+    expect([1, 2, 3, 4, 5].flatMap((s) => short(follow(f, f.replayed(fetchId(f), b(s)))))).toEqual([
+      'a1',
+      'a2',
+      'a3',
+      'a4',
+      'a5',
+    ]);
+    expect(short(follow(f, f.replayEnded(fetchId(f), true)))).toEqual([]);
+    // 4 and 5 were queued on the live socket meanwhile: skipped; 6 continues.
+    expect([4, 5, 6].flatMap((s) => short(live(f, b(s))))).toEqual(['a6']);
+    expect(f.counters).toMatchObject({ restarts: 0, duplicates: 3, gapsFilled: 1, cleared: 0 });
+  });
+
+  it("ignores a fetch's replies once a restart has begun another", () => {
+    const f = new RankFollower({ replay: true, firstSeq: 0n });
+    live(f, b(0));
+    live(f, b(5));
+    const old = fetchId(f);
+    expect(short(live(f, b(2)))).toEqual(['c:restart', 'f0']); // 2 <= 5: the engine restarted
+    expect(short(f.replayed(old, b(1)))).toEqual([]);
+    expect(short(f.replayEnded(old, true))).toEqual([]);
+    expect([0, 1, 2].flatMap((s) => short(follow(f, f.replayed(fetchId(f), b(s)))))).toEqual(['a0', 'a1', 'a2']);
+    expect(short(follow(f, f.replayEnded(fetchId(f), true)))).toEqual([]);
   });
 });

@@ -300,4 +300,51 @@ print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6
     expect(ranks[0]).toMatchObject({ gaps: 1, restarts: 0, nextEventId: 6 });
     expect(ranks[1]).toMatchObject({ gaps: 0, restarts: 1, nextEventId: 2 });
   }, 30_000);
+
+  it("fills the relay's own HWM overflow from the engine's replay, ending in the engine's state", async () => {
+    const engine = await enginePublisher();
+    const node = await serveNode(
+      [
+        '--engine',
+        'vllm',
+        '--engine-endpoint',
+        engine.endpoint,
+        '--engine-replay-endpoint',
+        engine.replayEndpoint as string,
+        '--engine-hwm',
+        '2',
+        '--http-port',
+        '0',
+      ],
+      cleanup,
+    );
+    const http = node.serving.http as string;
+    await sleep(300);
+    // 2,000 batches in one burst: far more than the relay's 2-message HWM holds.
+    for (let i = 1; i <= 2000; i++) {
+      engine.stream.relay(
+        encodeBatch({ seq: 0n, ts: 1, dpRank: null, events: [stored(i, null)] }, 'vllm'),
+        'vllm',
+        null,
+      );
+    }
+    await engine.flush();
+    const want = Array.from({ length: 2000 }, (_, i) => i + 1);
+    let blocks: number[] = [];
+    for (let i = 0; i < 100 && blocks.length < 2000; i++) {
+      await sleep(100);
+      blocks = await dumpedBlocks(http);
+    }
+    expect(blocks).toEqual(want);
+    const health = (await (await fetch(`${http}/healthz`)).json()) as {
+      sources: Array<{ stats: { ranks: Array<Record<string, unknown>> } }>;
+    };
+    const rank = health.sources[0]?.stats.ranks[0] as Record<string, number>;
+    console.log(`relay HWM overflow: ${JSON.stringify(rank)}`);
+    // Every batch applied once: what the SUB dropped came from the replay, and what it had queued
+    // meanwhile was skipped as duplicates. (The one clear is this engine's seqs starting at 1.)
+    expect(rank).toMatchObject({ applied: 2000, lastEngineSeq: 2000, restarts: 0, heldDropped: 0 });
+    expect(rank.duplicates).toBeGreaterThan(0);
+    expect(rank.cleared).toBeLessThanOrEqual(1);
+  }, 60_000);
 });

@@ -25,6 +25,8 @@ export interface EngineSettings {
   replayEndpoint?: string | null;
   dpSize?: number;
   topic?: string;
+  /** The relay's own receive HWM per rank, in messages. */
+  receiveHwm?: number;
 }
 
 function engineZmq(engine: 'vllm' | 'sglang' | 'trtllm', s: SourceSettings): EngineZmqSource {

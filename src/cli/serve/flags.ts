@@ -41,6 +41,10 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: 'vllm/sglang: data-parallel ranks to relay (default 1)',
     apply: (c, v) => (c.engineSource.dpSize = int('engine-dp-size', v)),
   },
+  'engine-hwm': {
+    help: "vllm/sglang/trtllm: the relay's own receive HWM per rank, in messages (default 10000); past it the engine's batches are dropped and fetched again from its replay",
+    apply: (c, v) => (c.engineSource.receiveHwm = int('engine-hwm', v)),
+  },
   'engine-url': {
     help: "trtllm: trtllm-serve's URL, http://HOST:PORT, whose POST /kv_cache_events is polled (instead of ZMQ)",
     apply: (c, v) => (c.engineSource.url = v),

@@ -14,8 +14,8 @@ export interface EngineBatch {
 /** What the relay does for one rank, in order. */
 export type FollowStep =
   | { kind: 'apply'; batch: EngineBatch }
-  /** Fetch `from..` from the engine's replay socket, then call `replayed` / `replayEnded`. */
-  | { kind: 'fetch'; from: bigint }
+  /** Fetch `from..` from the engine's replay socket, then call `replayed` / `replayEnded` with `fetch`. */
+  | { kind: 'fetch'; from: bigint; fetch: number }
   /** The rank's state is unknown: clear it downstream and rebuild from what follows. */
   | { kind: 'clear'; reason: 'gap' | 'restart' | 'held_overflow' | 'undecodable' };
 
@@ -63,6 +63,10 @@ export class RankFollower {
   #overflowed = false;
   /** The fetch's range had a hole the engine could not fill. */
   #fetchGap = false;
+  /** The fetch in progress (its replies are ignored once another has begun). */
+  #fetch = 0;
+  /** The last seq seen on the live socket: per incarnation it only grows, so one at or below it is a restart. */
+  #lastLive: bigint | null = null;
 
   constructor(opts: FollowerOptions) {
     this.#opts = { maxHeld: 10_000, ...opts };
@@ -79,6 +83,24 @@ export class RankFollower {
 
   /** A live batch. */
   live(batch: EngineBatch): FollowStep[] {
+    const lastLive = this.#lastLive;
+    this.#lastLive = batch.seq;
+    if (lastLive !== null && batch.seq <= lastLive) {
+      // The live socket's seqs fell back: a new engine incarnation. A fetch in progress is for
+      // the old one; its replies are dropped.
+      this.counters.restarts++;
+      this.#fetching = false;
+      this.#held = [];
+      this.#overflowed = false;
+      this.#fetchGap = false;
+      this.#next = null;
+      return [this.#clear('restart'), ...this.#continue(batch)];
+    }
+    return this.#continue(batch);
+  }
+
+  /** A batch in order of arrival (live, or held during a fetch). */
+  #continue(batch: EngineBatch): FollowStep[] {
     if (this.#fetching) {
       if (this.#held.length >= this.#opts.maxHeld) {
         this.counters.heldDropped++;
@@ -90,26 +112,24 @@ export class RankFollower {
     if (next === null) {
       // Joining: what the engine published before this batch comes from its replay, from its
       // first seq.
-      if (batch.seq > this.#opts.firstSeq && this.#opts.replay) return this.#fetch(this.#opts.firstSeq, batch);
+      if (batch.seq > this.#opts.firstSeq && this.#opts.replay) return this.#startFetch(this.#opts.firstSeq, batch);
       return this.#apply(batch);
     }
     if (batch.seq === next) return this.#apply(batch);
     if (batch.seq < next) {
-      // Outside a fetch nothing is sent twice: a seq falling back is a new engine incarnation.
-      this.counters.restarts++;
-      this.#next = null;
-      const steps: FollowStep[] = [this.#clear('restart')];
-      return steps.concat(this.live(batch));
+      // Already applied from a replay that ran ahead of the live socket.
+      this.counters.duplicates++;
+      return [];
     }
-    if (this.#opts.replay) return this.#fetch(next, batch);
+    if (this.#opts.replay) return this.#startFetch(next, batch);
     this.counters.unrecoverable++;
     this.#next = batch.seq;
     return [this.#clear('gap'), ...this.#apply(batch)];
   }
 
-  /** A batch from the engine's replay, during a fetch. */
-  replayed(batch: EngineBatch): FollowStep[] {
-    if (!this.#fetching) return [];
+  /** A batch from the engine's replay, for fetch `fetch`. */
+  replayed(fetch: number, batch: EngineBatch): FollowStep[] {
+    if (!this.#fetching || fetch !== this.#fetch) return [];
     const next = this.#next ?? this.#opts.firstSeq;
     if (batch.seq < next) {
       this.counters.duplicates++;
@@ -125,9 +145,9 @@ export class RankFollower {
     return steps.concat(this.#apply(batch));
   }
 
-  /** The fetch ended: the end marker came, or it failed (`ok` false: no answer in time). */
-  replayEnded(ok: boolean): FollowStep[] {
-    if (!this.#fetching) return [];
+  /** Fetch `fetch` ended: the end marker came, or it failed (`ok` false: no answer in time). */
+  replayEnded(fetch: number, ok: boolean): FollowStep[] {
+    if (!this.#fetching || fetch !== this.#fetch) return [];
     this.#fetching = false;
     const held = this.#held;
     this.#held = [];
@@ -144,14 +164,7 @@ export class RankFollower {
     else this.counters.gapsFilled++;
     this.#overflowed = false;
     this.#fetchGap = false;
-    for (const b of held) {
-      const next = this.#next as bigint | null;
-      if (next !== null && b.seq < next) {
-        this.counters.duplicates++;
-        continue;
-      }
-      steps.push(...this.live(b));
-    }
+    for (const b of held) steps.push(...this.#continue(b));
     return steps;
   }
 
@@ -166,11 +179,11 @@ export class RankFollower {
     return [{ kind: 'apply', batch }];
   }
 
-  #fetch(from: bigint, held: EngineBatch): FollowStep[] {
+  #startFetch(from: bigint, held: EngineBatch): FollowStep[] {
     this.#fetching = true;
     this.#held = [held];
     if (this.#next === null) this.#next = from;
-    return [{ kind: 'fetch', from }];
+    return [{ kind: 'fetch', from, fetch: ++this.#fetch }];
   }
 
   #clear(reason: 'gap' | 'restart' | 'held_overflow' | 'undecodable'): FollowStep {

@@ -26,6 +26,11 @@ export interface EngineZmqOptions {
   topic?: string;
   /** The relay's own receive HWM per rank, in messages. Default 10,000. */
   receiveHwm?: number;
+  /**
+   * The engine's first seq, where a relay joining late fetches from. Default 0 (vLLM, SGLang,
+   * TensorRT-LLM); a kvplane node relayed by another starts at its clock (use its oldest seq).
+   */
+  firstSeq?: bigint;
   /** How long a replay fetch may go without an answer before the rank is cleared. Default 5 s. */
   replayTimeoutMs?: number;
   /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
@@ -81,7 +86,10 @@ class RankLink {
     this.#relayRank = relayRank;
     this.endpoint = endpoint;
     this.replayEndpoint = replay;
-    this.follower = new RankFollower({ replay: replay !== null, firstSeq: ENGINE_FIRST_SEQ });
+    this.follower = new RankFollower({
+      replay: replay !== null,
+      firstSeq: source.options.firstSeq ?? ENGINE_FIRST_SEQ,
+    });
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: source.options.receiveHwm ?? 10_000 });
   }
 
@@ -146,13 +154,13 @@ class RankLink {
         for (const r of this.#ranks) this.#sink.clearRank(r);
         this.#source.warn('rank cleared', { rank: this.#ranks.join(','), reason: step.reason });
       } else {
-        this.#loops.push(this.#fetch(step.from));
+        this.#loops.push(this.#fetch(step.from, step.fetch));
       }
     }
   }
 
   /** Asks the engine's replay socket for `from..`, feeding the follower until the end marker. */
-  async #fetch(from: bigint): Promise<void> {
+  async #fetch(from: bigint, fetch: number): Promise<void> {
     let ok = false;
     const dealer = new Dealer({ linger: 0, receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000 });
     try {
@@ -171,7 +179,7 @@ class RankLink {
           ok = true;
           break;
         }
-        this.#run(this.follower.replayed({ seq: seq.readBigUInt64BE(), payload }));
+        this.#run(this.follower.replayed(fetch, { seq: seq.readBigUInt64BE(), payload }));
       }
     } catch (err) {
       if (!this.#sub.closed) {
@@ -184,7 +192,7 @@ class RankLink {
     } finally {
       dealer.close();
     }
-    if (!this.#sub.closed) this.#run(this.follower.replayEnded(ok));
+    if (!this.#sub.closed) this.#run(this.follower.replayEnded(fetch, ok));
   }
 }
 
