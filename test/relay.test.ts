@@ -35,6 +35,22 @@ const stored = (hash: number, parent: number | null): KvEvent => ({
   blockSize: 16,
 });
 
+/**
+ * `kvplane serve --engine ENGINE` relaying `engineArgs`, with its HTTP server; its HTTP base URL
+ * once its subscriptions have had time to connect.
+ */
+async function relayNode(engineArgs: string[]): Promise<{ http: string; node: Awaited<ReturnType<typeof serveNode>> }> {
+  const node = await serveNode([...engineArgs, '--http-port', '0'], cleanup);
+  await sleep(300);
+  return { http: node.serving.http as string, node };
+}
+
+/** `--engine vllm` relaying `engine` and its replay socket. */
+function vllmArgs(engine: KvEventPublisher, ...extra: string[]): string[] {
+  const replay = engine.replayEndpoint as string;
+  return ['--engine', 'vllm', '--engine-endpoint', engine.endpoint, '--engine-replay-endpoint', replay, ...extra];
+}
+
 interface Dump {
   TreeDump: { workers: Array<{ dp_rank: number; events: Array<{ block_hashes: number[] }> }> };
 }
@@ -50,21 +66,7 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     // Published before the relay starts: it must come from the engine's replay.
     engine.publish([stored(1, null), stored(2, 1)]);
     await engine.flush();
-    const node = await serveNode(
-      [
-        '--engine',
-        'vllm',
-        '--engine-endpoint',
-        engine.endpoint,
-        '--engine-replay-endpoint',
-        engine.replayEndpoint as string,
-        '--http-port',
-        '0',
-      ],
-      cleanup,
-    );
-    const http = node.serving.http as string;
-    await sleep(300);
+    const { http } = await relayNode(vllmArgs(engine));
     // The first live batch tells the relay the engine is ahead: it fetches 0.. from the replay.
     for (let i = 3; i <= 10; i++) {
       engine.publish([stored(i, i - 1)]);
@@ -124,12 +126,7 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     const engine = new Publisher({ linger: 0 });
     cleanup.push(() => engine.close());
     await engine.bind('tcp://127.0.0.1:*');
-    const node = await serveNode(
-      ['--engine', 'vllm', '--engine-endpoint', engine.lastEndpoint as string, '--http-port', '0'],
-      cleanup,
-    );
-    const http = node.serving.http as string;
-    await sleep(300);
+    const { http, node } = await relayNode(['--engine', 'vllm', '--engine-endpoint', engine.lastEndpoint as string]);
     const seq = (n: bigint) => {
       const b = Buffer.alloc(8);
       b.writeBigUInt64BE(n);
@@ -179,21 +176,14 @@ print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6
     const engine = new Publisher({ linger: 0 });
     cleanup.push(() => engine.close());
     await engine.bind('tcp://127.0.0.1:*');
-    const node = await serveNode(
-      [
-        '--engine',
-        'trtllm',
-        '--engine-endpoint',
-        engine.lastEndpoint as string,
-        '--engine-dp-size',
-        '2',
-        '--http-port',
-        '0',
-      ],
-      cleanup,
-    );
-    const http = node.serving.http as string;
-    await sleep(300);
+    const { http } = await relayNode([
+      '--engine',
+      'trtllm',
+      '--engine-endpoint',
+      engine.lastEndpoint as string,
+      '--engine-dp-size',
+      '2',
+    ]);
     const seq = (n: number) => {
       const b = Buffer.alloc(8);
       b.writeBigUInt64BE(BigInt(n));
@@ -260,22 +250,16 @@ print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     cleanup.push(() => new Promise((r) => server.close(r)));
     const { port } = server.address() as { port: number };
-    const node = await serveNode(
-      [
-        '--engine',
-        'trtllm',
-        '--engine-url',
-        `http://127.0.0.1:${port}`,
-        '--engine-poll-ms',
-        '20',
-        '--engine-dp-size',
-        '2',
-        '--http-port',
-        '0',
-      ],
-      cleanup,
-    );
-    const http = node.serving.http as string;
+    const { http } = await relayNode([
+      '--engine',
+      'trtllm',
+      '--engine-url',
+      `http://127.0.0.1:${port}`,
+      '--engine-poll-ms',
+      '20',
+      '--engine-dp-size',
+      '2',
+    ]);
     for (let i = 0; i < 100 && served < drains.length + 1; i++) await sleep(50);
     await sleep(200);
     const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
@@ -303,23 +287,7 @@ print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6
 
   it("fills the relay's own HWM overflow from the engine's replay, ending in the engine's state", async () => {
     const engine = await enginePublisher();
-    const node = await serveNode(
-      [
-        '--engine',
-        'vllm',
-        '--engine-endpoint',
-        engine.endpoint,
-        '--engine-replay-endpoint',
-        engine.replayEndpoint as string,
-        '--engine-hwm',
-        '2',
-        '--http-port',
-        '0',
-      ],
-      cleanup,
-    );
-    const http = node.serving.http as string;
-    await sleep(300);
+    const { http } = await relayNode(vllmArgs(engine, '--engine-hwm', '2'));
     // 2,000 batches in one burst: far more than the relay's 2-message HWM holds.
     for (let i = 1; i <= 2000; i++) {
       engine.stream.relay(
