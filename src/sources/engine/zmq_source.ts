@@ -70,6 +70,8 @@ class RankLink {
   readonly #source: EngineZmqSource;
   readonly #sink: RelaySink;
   #loops: Promise<unknown>[] = [];
+  /** Replay fetches in progress, closed on stop. */
+  readonly #fetches = new Map<Dealer, Promise<void>>();
 
   constructor(
     source: EngineZmqSource,
@@ -103,7 +105,8 @@ class RankLink {
 
   async stop(): Promise<void> {
     this.#sub.close();
-    await Promise.allSettled(this.#loops);
+    for (const d of this.#fetches.keys()) d.close();
+    await Promise.allSettled([...this.#loops, ...this.#fetches.values()]);
   }
 
   async #watch(): Promise<void> {
@@ -154,15 +157,16 @@ class RankLink {
         for (const r of this.#ranks) this.#sink.clearRank(r);
         this.#source.warn('rank cleared', { rank: this.#ranks.join(','), reason: step.reason });
       } else {
-        this.#loops.push(this.#fetch(step.from, step.fetch));
+        const dealer = new Dealer({ linger: 0, receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000 });
+        const done = this.#fetch(dealer, step.from, step.fetch).finally(() => this.#fetches.delete(dealer));
+        this.#fetches.set(dealer, done);
       }
     }
   }
 
   /** Asks the engine's replay socket for `from..`, feeding the follower until the end marker. */
-  async #fetch(from: bigint, fetch: number): Promise<void> {
+  async #fetch(dealer: Dealer, from: bigint, fetch: number): Promise<void> {
     let ok = false;
-    const dealer = new Dealer({ linger: 0, receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000 });
     try {
       dealer.connect(this.replayEndpoint as string);
       await dealer.send([Buffer.alloc(0), seqFrame(from)]);
