@@ -402,12 +402,12 @@ export declare function toInt64(value: bigint): bigint
 export declare function toUint64(value: bigint): bigint
 
 /**
- * Returns the allocator's free memory to the OS (glibc's `malloc_trim`): after a burst of
- * short-lived buffers (replays, recovery answers) glibc keeps freed memory in its arenas, which
- * shows as resident memory that never goes down. `true` once done; `false` where the allocator
- * has no such call (musl, other systems).
+ * Returns the allocator's free memory to the OS (glibc's `malloc_trim`), on a worker thread:
+ * after a burst of short-lived buffers (replays, recovery answers) glibc keeps freed memory in
+ * its arenas, which shows as resident memory that never goes down. Resolves `true` once done;
+ * `false` where the allocator has no such call (musl, other systems).
  */
-export declare function trimAllocator(): boolean
+export declare function trimAllocator(): Promise<boolean>
 
 /** TensorRT-LLM's salt id of a salt string; `hash` is "sha256" (default) or "blake3". */
 export declare function trtllmCacheSaltId(salt: string, hash?: string | undefined | null): bigint

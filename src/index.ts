@@ -77,7 +77,7 @@ export {
   subscribePath,
 } from './transports/grpc/services.js';
 export { KvHttpServer, type KvHttpServerOptions, type SourceInfo } from './transports/http/server.js';
-export { collectGarbageWith, trimMemorySoon } from './transports/memory.js';
+export { trimMemorySoon } from './transports/memory.js';
 export {
   connectWarning,
   endpointForRank,

@@ -1,8 +1,5 @@
 #!/usr/bin/env node
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { KvPlaneError } from '../errors.js';
-import { collectGarbageWith } from '../transports/memory.js';
 import { connectWarning } from '../transports/zmq/config.js';
 import { parseServeArgs, type Serving, serveHelp, startServe } from './serve/index.js';
 
@@ -80,19 +77,12 @@ function memoryMib(): { rss: number; heap: number; external: number } {
   return { rss: mib(m.rss), heap: mib(m.heapUsed), external: mib(m.external) };
 }
 
-/** V8's full collection, exposed at run time (the node's own process: no host to disturb). */
-function exposedGc(): () => void {
-  setFlagsFromString('--expose-gc');
-  return runInNewContext('gc') as () => void;
-}
-
 async function serve(argv: string[]): Promise<void> {
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(serveHelp());
     return;
   }
   const config = parseServeArgs(argv);
-  collectGarbageWith(exposedGc());
   const s = await startServe(config, (msg, detail) => log({ level: 'warn', msg, ...detail }));
   for (const endpoint of [config.publisher.endpoint, config.publisher.replayEndpoint]) {
     const warning = endpoint ? connectWarning(endpoint) : null;
