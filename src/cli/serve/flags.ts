@@ -180,5 +180,5 @@ export function parseServeArgs(argv: readonly string[]): ServeConfig {
 
 export function serveHelp(): string {
   const lines = Object.entries(FLAGS).map(([n, f]) => `  --${n.padEnd(20)} ${f.help}`);
-  return `Usage: kvplane serve --engine sim [flags]\n\nRuns an engine node: the simulated engine, the ZMQ publisher with replay, the HTTP recovery server and (with --grpc-port) gRPC SubscribeKvEvents.\n\n${lines.join('\n')}\n`;
+  return `Usage: kvplane serve --engine sim|vllm|sglang|trtllm [flags]\n\nRuns an engine node: the simulated engine or a relay of a real engine's KV events, the ZMQ publisher with replay, the HTTP recovery server and (with --grpc-port) gRPC SubscribeKvEvents.\n\n${lines.join('\n')}\n`;
 }
