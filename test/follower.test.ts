@@ -57,6 +57,10 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
     live(f, b(0));
     expect(short(live(f, b(2)))).toEqual(['c:gap', 'a2']);
     expect(f.counters.unrecoverable).toBe(1);
+    // Joining late is the same loss: seqs 0..4 of a new follower are gone.
+    const late = new RankFollower({ replay: false, firstSeq: 0n });
+    expect(short(live(late, b(5)))).toEqual(['c:gap', 'a5']);
+    expect(late.counters).toMatchObject({ unrecoverable: 1, cleared: 1, applied: 1 });
   });
 
   it('a seq falling back is an engine restart: the rank is cleared and the new incarnation joined', () => {

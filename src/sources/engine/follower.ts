@@ -111,8 +111,13 @@ export class RankFollower {
     const next = this.#next;
     if (next === null) {
       // Joining: what the engine published before this batch comes from its replay, from its
-      // first seq.
-      if (batch.seq > this.#opts.firstSeq && this.#opts.replay) return this.#startFetch(this.#opts.firstSeq, batch);
+      // first seq. Without a replay socket it is lost, as any gap is: counted, cleared (visibly
+      // downstream, though nothing was applied yet), and the rank rebuilds from here.
+      if (batch.seq > this.#opts.firstSeq) {
+        if (this.#opts.replay) return this.#startFetch(this.#opts.firstSeq, batch);
+        this.counters.unrecoverable++;
+        return [this.#clear('gap'), ...this.#apply(batch)];
+      }
       return this.#apply(batch);
     }
     if (batch.seq === next) return this.#apply(batch);
