@@ -83,6 +83,11 @@ export declare class NativeLocalIndexer {
   findMatches(query: Uint32Array | BigUint64Array | Array<number>, workers?: Array<bigint> | undefined | null, dpRanks?: Array<number> | undefined | null, earlyExit?: boolean | undefined | null): BigUint64Array
   getEvents(start?: bigint | undefined | null, end?: bigint | undefined | null): RecoveryOut
   dumpTree(): Promise<RecoveryOut>
+  /**
+   * The index's state as SMG `KvSnapshotChunk` batches of at most `maxBlocks` blocks
+   * (docs/protocol.md#snapshots); `null` when nothing was published yet.
+   */
+  snapshot(maxBlocks: number, ts: number): Promise<SnapshotOut | null>
   stats(): IndexerStatsOut
   /** The newest seq (0 before the first batch). */
   get lastSeq(): bigint
@@ -99,6 +104,14 @@ export declare class RecoverChunks {
   /** The next chunk, or `null` once the answer is complete. */
   next(): Promise<Buffer | null>
   /** Drops the rest of the answer (a client that went away). */
+  release(): void
+}
+
+/** A snapshot's `KvEventBatch` chunks, each encoded by `next()` off the JS thread. */
+export declare class SnapshotStream {
+  /** The next chunk's bytes, or `null` after the last. */
+  next(): Promise<Buffer | null>
+  /** Drops the rest of the snapshot (a subscriber that went away). */
   release(): void
 }
 
@@ -189,6 +202,9 @@ export interface EncodedApplyOut {
   events: number
   unknownEvents: number
 }
+
+/** The `HealthCheckResponse` of engine service `service` (its shape differs between engines). */
+export declare function encodeHealthResponse(service: string, healthy: boolean, message: string): Buffer
 
 /** Encodes SMG's `SubscribeKvEventsRequest` (`start` 0 = live from now). */
 export declare function encodeSubscribeRequest(start: bigint): Buffer
@@ -393,6 +409,17 @@ export interface RelayedIdsOut {
 export interface ReplayOut {
   seqs: BigUint64Array
   payloads: Array<Buffer>
+}
+
+/** A planned snapshot: its size, and its chunks. */
+export interface SnapshotOut {
+  /** The seq the state was taken at: the last chunk's; live batches continue after it. */
+  lastSeq: bigint
+  /** Chunks, numbered `lastSeq - count + 1 ..= lastSeq`. */
+  count: number
+  /** Live blocks in the snapshot. */
+  blocks: bigint
+  chunks: SnapshotStream
 }
 
 /** Two's-complement signed view of a u64 hash. */

@@ -1,6 +1,7 @@
 // The gRPC bench's subscribers: N routers (one connection each) in one process, each subscribed
 // live to SubscribeKvEvents. Every batch's events are counted by walking the KvEventBatch's top
-// level (field 3 entries) and its seq checked for contiguity; prints "ready" once all streams are
+// level (field 3 entries) and its seq checked for contiguity (snapshot chunks, field 7, are
+// skipped); prints "ready" once all streams are
 // open, then one JSON line when every subscriber has `batches` batches (or its stream ended).
 //
 //   node bench/grpc_sub.mjs ADDRESS SUBSCRIBERS BATCHES
@@ -32,11 +33,12 @@ function smallVarint(buf, at) {
   }
 }
 
-/** `[seq, events]` of a KvEventBatch. */
+/** `[seq, events, snapshot]` of a KvEventBatch (`snapshot`: a snapshot chunk, field 7). */
 function scan(buf) {
   const at = { i: 0 };
   let seq = 0n;
   let events = 0;
+  let snapshot = false;
   while (at.i < buf.length) {
     const key = smallVarint(buf, at);
     const wire = key & 7;
@@ -47,9 +49,10 @@ function scan(buf) {
       const len = smallVarint(buf, at);
       at.i += len;
       if (key >>> 3 === 3) events++;
+      else if (key >>> 3 === 7) snapshot = true;
     } else if (wire === 5) at.i += 4;
   }
-  return [seq, events];
+  return [seq, events, snapshot];
 }
 
 const subs = [];
@@ -63,14 +66,30 @@ for (let k = 0; k < subscribers; k++) {
     // WINDOW_UPDATE round trip.
     'grpc-node.flow_control_window': 8 << 20,
   });
-  const s = { batches: 0, events: 0, first: 0, last: 0, next: 0n, gaps: 0, status: null };
+  const s = {
+    batches: 0,
+    events: 0,
+    chunks: 0,
+    subscribed: performance.now(),
+    first: 0,
+    last: 0,
+    next: 0n,
+    gaps: 0,
+    status: null,
+  };
   subs.push(s);
   const call = client.SubscribeKvEvents(Buffer.alloc(0));
   call.on('metadata', () => {
     if (++open === subscribers) process.stdout.write('ready\n');
   });
   call.on('data', (buf) => {
-    const [seq, events] = scan(buf);
+    const [seq, events, snapshot] = scan(buf);
+    // Subscribed from 0: the state before the run comes first as snapshot chunks; not counted.
+    if (snapshot) {
+      s.chunks++;
+      s.next = seq + 1n;
+      return;
+    }
     const now = performance.now();
     if (s.batches === 0) s.first = now;
     else if (seq !== s.next) s.gaps++;
@@ -101,6 +120,9 @@ function finish() {
       subscribers: subs.map((s) => ({
         batches: s.batches,
         events: s.events,
+        snapshotChunks: s.chunks,
+        subscribed: performance.timeOrigin + s.subscribed,
+        firstLive: performance.timeOrigin + s.first,
         end: performance.timeOrigin + s.last,
         gaps: s.gaps,
         status: s.status,

@@ -7,6 +7,11 @@
       {"seq": "...", "dp_rank": n|null, "events": [...]}, BATCHES of them; on a non-OK status
       print {"status": "CODE_NAME", "details": "..."} instead and stop.
 
+  grpc_peer.py health ADDRESS SERVICE
+      call HealthCheck on SERVICE and print {"healthy": bool, "message": "..."} (TensorRT-LLM:
+      {"status": "..."}), or {"code": "CODE_NAME", "details": "..."} on a non-OK status.
+
+Snapshot chunks carry "snapshot": {"index", "count", "blocks"} as well.
 Events are printed in a compact normalized form (u64 values as decimal strings): stored
 {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size"}, removed
 {"type", "block_hashes"}, cleared {"type"}. Hashes are int64 on the wire; they print as u64.
@@ -20,9 +25,13 @@ import sys
 import grpc
 from smg_grpc_proto.generated import (
     common_pb2,
+    sglang_scheduler_pb2,
     sglang_scheduler_pb2_grpc,
+    tokenspeed_scheduler_pb2,
     tokenspeed_scheduler_pb2_grpc,
+    trtllm_service_pb2,
     trtllm_service_pb2_grpc,
+    vllm_engine_pb2,
     vllm_engine_pb2_grpc,
 )
 
@@ -31,6 +40,13 @@ STUBS = {
     "sglang": sglang_scheduler_pb2_grpc.SglangSchedulerStub,
     "trtllm": trtllm_service_pb2_grpc.TrtllmServiceStub,
     "tokenspeed": tokenspeed_scheduler_pb2_grpc.TokenSpeedSchedulerStub,
+}
+
+MESSAGES = {
+    "vllm": vllm_engine_pb2,
+    "sglang": sglang_scheduler_pb2,
+    "trtllm": trtllm_service_pb2,
+    "tokenspeed": tokenspeed_scheduler_pb2,
 }
 
 
@@ -63,7 +79,23 @@ def emit(obj: object) -> None:
     sys.stdout.flush()
 
 
+def health(address: str, service: str) -> None:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            r = STUBS[service](channel).HealthCheck(MESSAGES[service].HealthCheckRequest(), timeout=10)
+        except grpc.RpcError as err:
+            emit({"code": err.code().name, "details": err.details()})
+            return
+        if service == "trtllm":
+            emit({"status": r.status})
+        else:
+            emit({"healthy": r.healthy, "message": r.message})
+
+
 def main() -> None:
+    if sys.argv[1] == "health":
+        health(sys.argv[2], sys.argv[3])
+        return
     address, service, start, batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     metadata = [("authorization", f"Bearer {sys.argv[5]}")] if len(sys.argv) > 5 else None
     with grpc.insecure_channel(address) as channel:
@@ -75,9 +107,13 @@ def main() -> None:
             md = dict(call.initial_metadata())
             emit({"epoch": md.get("x-kvplane-epoch")})
             for i, b in enumerate(call):
-                emit({"seq": str(b.sequence_number),
-                      "dp_rank": b.dp_rank if b.HasField("dp_rank") else None,
-                      "events": [event(e) for e in b.events]})
+                out = {"seq": str(b.sequence_number),
+                       "dp_rank": b.dp_rank if b.HasField("dp_rank") else None,
+                       "events": [event(e) for e in b.events]}
+                if b.HasField("snapshot"):
+                    out["snapshot"] = {"index": b.snapshot.index, "count": b.snapshot.count,
+                                       "blocks": b.snapshot.blocks}
+                emit(out)
                 if i + 1 >= batches:
                     call.cancel()
                     break

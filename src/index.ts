@@ -46,6 +46,7 @@ export {
   type Matches,
   type RecoverAnswer,
   type Recovery,
+  type Snapshot,
   type SubscribeCursor,
   type Worker,
   type WorkerEvents,
@@ -62,6 +63,7 @@ export { SimSource } from './sources/sim/source.js';
 export type { EventSink, EventSource, SourceHealth } from './sources/source.js';
 export type { BatchConsumer, EncodedBatches } from './stream/batches.js';
 export { KvEventStream, type KvEventStreamOptions, type StreamStats } from './stream/stream.js';
+export { ENGINE_METHODS, type EngineMethod } from './transports/grpc/engine_methods.js';
 export {
   type GrpcStats,
   type GrpcTlsOptions,
@@ -70,9 +72,12 @@ export {
 } from './transports/grpc/server.js';
 export {
   decodeSubscribeRequest,
+  ENGINE_SERVICE,
+  encodeHealthResponse,
   encodeSubscribeRequest,
   KV_EVENT_SERVICES,
   type KvEventService,
+  rawMethod,
   subscribeDefinition,
   subscribePath,
 } from './transports/grpc/services.js';

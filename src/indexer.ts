@@ -65,6 +65,21 @@ export interface RecoverChunks {
   release(): void;
 }
 
+/**
+ * The index's state as SMG `KvSnapshotChunk` batches (docs/protocol.md#snapshots): `count`
+ * chunks numbered `lastSeq - count + 1 ..= lastSeq`, encoded one at a time off the JS thread as
+ * `chunks` is read; the live stream continues at `lastSeq + 1`.
+ */
+export interface Snapshot {
+  lastSeq: bigint;
+  count: number;
+  /** Live blocks in the snapshot. */
+  blocks: bigint;
+  chunks: AsyncIterableIterator<Buffer>;
+  /** Drops the chunks not read yet. */
+  release(): void;
+}
+
 export interface Worker {
   workerId: bigint;
   dpRank: number;
@@ -381,6 +396,30 @@ export class LocalIndexer {
   /** Recovery for batches `start..=end` (docs/protocol.md#http-kv_recover): `Events`, `TreeDump`, `TooNew` or `InvalidRange`. */
   getEvents(start?: bigint, end?: bigint): Recovery {
     return callNative(() => this.#native.getEvents(start, end)) as Recovery;
+  }
+
+  /**
+   * The index's state for a gRPC subscriber without a usable cursor, at most `maxBlocks` blocks
+   * per chunk (docs/protocol.md#snapshots), taken off the JS thread; `null` when nothing was
+   * published yet.
+   */
+  async snapshot(maxBlocks: number): Promise<Snapshot | null> {
+    if (!Number.isInteger(maxBlocks) || maxBlocks < 1 || maxBlocks > 0xffffffff) {
+      invalidArg(`maxBlocks must be a positive integer, got ${maxBlocks}`);
+    }
+    const s = await awaitNative(() => this.#native.snapshot(maxBlocks, Date.now() / 1000));
+    if (s === null) return null;
+    const stream = s.chunks;
+    async function* chunks(): AsyncGenerator<Buffer> {
+      try {
+        for (let c = await awaitNative(() => stream.next()); c !== null; c = await awaitNative(() => stream.next())) {
+          yield c;
+        }
+      } finally {
+        stream.release();
+      }
+    }
+    return { lastSeq: s.lastSeq, count: s.count, blocks: s.blocks, chunks: chunks(), release: () => stream.release() };
   }
 
   /** A consistent snapshot of the whole index as stored events, built off the JS thread. */

@@ -159,7 +159,9 @@ export class KvEventStream {
     const out = this.indexer.relayWithEventIds(bytes, dialect, ranks, ids);
     this.#published(out.published, null);
     nextIds.clear();
-    out.ranks.forEach((r, i) => nextIds.set(r, out.nextIds[i] as bigint));
+    out.ranks.forEach((r, i) => {
+      nextIds.set(r, out.nextIds[i] as bigint);
+    });
     return Array.from(out.breakRanks, (dpRank, i) => ({ dpRank, kind: out.breakKinds[i] as 'gap' | 'restart' }));
   }
 

@@ -54,3 +54,16 @@ pub fn encode_subscribe_request(start: BigInt) -> Result<Buffer, Code> {
 pub fn decode_subscribe_request(bytes: Buffer) -> Result<BigInt, Code> {
   guard_js(|| Ok(BigInt::from(codec::smg::decode_subscribe_request(&bytes)?)))
 }
+
+/// The `HealthCheckResponse` of engine service `service` (its shape differs between engines).
+#[napi]
+pub fn encode_health_response(
+  service: String,
+  healthy: bool,
+  message: String,
+) -> Result<Buffer, Code> {
+  guard_js(|| {
+    let form = codec::smg::HealthForm::of_service(&service)?;
+    Ok(codec::smg::encode_health_response(form, healthy, &message).into())
+  })
+}

@@ -22,6 +22,7 @@ pub use events::*;
 pub use hash::*;
 pub use layout::*;
 pub use local_indexer::*;
+pub use memory::*;
 pub use options::*;
 pub use outputs::*;
 pub use queue::*;

@@ -12,7 +12,7 @@ use crate::outputs::{
   IndexerStatsOut, PublishedOut, RecoveryOut, RelayedIdsOut, ReplayOut, WorkerStatsOut,
 };
 use crate::queue::{ColumnArgs, ColumnAttrsIn, NativeEventQueue};
-use crate::tasks::{with, Coded, Drain, Dump, Recover, RecoverRange, Shared};
+use crate::tasks::{with, Coded, Drain, Dump, Recover, RecoverRange, Shared, Snapshot};
 use kvplane_core::codec::smg::expired_cursor_message;
 use kvplane_core::codec::{Dialect, Format};
 use kvplane_core::hash::tokens_from_f64;
@@ -372,6 +372,18 @@ impl NativeLocalIndexer {
     with(&self.inner, |_| Ok(())).map_err(to_js)?;
     Ok(Coded::task(Dump {
       inner: self.inner.clone(),
+    }))
+  }
+
+  /// The index's state as SMG `KvSnapshotChunk` batches of at most `maxBlocks` blocks
+  /// (docs/protocol.md#snapshots); `null` when nothing was published yet.
+  #[napi(ts_return_type = "Promise<SnapshotOut | null>")]
+  pub fn snapshot(&self, max_blocks: u32, ts: f64) -> Result<AsyncTask<Coded<Snapshot>>, Code> {
+    with(&self.inner, |_| Ok(())).map_err(to_js)?;
+    Ok(Coded::task(Snapshot {
+      inner: self.inner.clone(),
+      max_blocks: max_blocks as usize,
+      ts,
     }))
   }
 

@@ -1,6 +1,6 @@
 //! The process allocator's free memory, handed back to the OS.
 
-use crate::tasks::{CoreWork, Coded};
+use crate::tasks::{Coded, CoreWork};
 use kvplane_core::KvResult;
 use napi::bindgen_prelude::AsyncTask;
 use napi_derive::napi;

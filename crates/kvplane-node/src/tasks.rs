@@ -5,6 +5,7 @@
 use crate::error::{guard, to_js};
 use crate::outputs::{published_out, recovery_out, PublishedOut, RecoverAnswer, RecoveryOut};
 use kvplane_core::codec::recover::{AnswerCursor, CHUNK_BYTES};
+use kvplane_core::codec::smg::SnapshotChunks;
 use kvplane_core::local_indexer::{Drained, LocalIndexer};
 use kvplane_core::stream::queue::Taken;
 use kvplane_core::stream::{Recovery, RecoveryCut};
@@ -220,5 +221,99 @@ impl CoreWork for Drain {
 
   fn output(output: Drained) -> PublishedOut {
     published_out(output)
+  }
+}
+
+/// An in-stream snapshot for a gRPC subscriber: the tree dump taken under the lock (a consistent
+/// cut at the last seq), planned into `KvSnapshotChunk` batches without it.
+pub struct Snapshot {
+  pub inner: Shared,
+  pub max_blocks: usize,
+  pub ts: f64,
+}
+
+impl CoreWork for Snapshot {
+  type Output = Option<SnapshotChunks>;
+  type JsValue = Option<SnapshotOut>;
+
+  fn run(&mut self) -> KvResult<Self::Output> {
+    let dump = with(&self.inner, |ix| Ok(ix.tree_dump()))?;
+    Ok(match dump {
+      Recovery::TreeDump {
+        workers, last_seq, ..
+      } => SnapshotChunks::new(workers, last_seq, self.ts, self.max_blocks),
+      _ => None,
+    })
+  }
+
+  fn output(output: Self::Output) -> Option<SnapshotOut> {
+    output.map(|s| SnapshotOut {
+      last_seq: BigInt::from(s.last_seq()),
+      count: s.count(),
+      blocks: BigInt::from(s.blocks()),
+      chunks: SnapshotStream {
+        chunks: Arc::new(Mutex::new(Some(s))),
+      },
+    })
+  }
+}
+
+/// A planned snapshot: its size, and its chunks.
+#[napi(object, object_from_js = false)]
+pub struct SnapshotOut {
+  /// The seq the state was taken at: the last chunk's; live batches continue after it.
+  pub last_seq: BigInt,
+  /// Chunks, numbered `lastSeq - count + 1 ..= lastSeq`.
+  pub count: u32,
+  /// Live blocks in the snapshot.
+  pub blocks: BigInt,
+  pub chunks: SnapshotStream,
+}
+
+/// A snapshot's `KvEventBatch` chunks, each encoded by `next()` off the JS thread.
+#[napi]
+pub struct SnapshotStream {
+  chunks: Arc<Mutex<Option<SnapshotChunks>>>,
+}
+
+#[napi]
+impl SnapshotStream {
+  /// The next chunk's bytes, or `null` after the last.
+  #[napi(ts_return_type = "Promise<Buffer | null>")]
+  pub fn next(&self) -> AsyncTask<Coded<NextSnapshotChunk>> {
+    Coded::task(NextSnapshotChunk {
+      chunks: self.chunks.clone(),
+    })
+  }
+
+  /// Drops the rest of the snapshot (a subscriber that went away).
+  #[napi]
+  pub fn release(&self) {
+    self.chunks.lock().unwrap_or_else(|p| p.into_inner()).take();
+  }
+}
+
+pub struct NextSnapshotChunk {
+  chunks: Arc<Mutex<Option<SnapshotChunks>>>,
+}
+
+impl CoreWork for NextSnapshotChunk {
+  type Output = Option<Vec<u8>>;
+  type JsValue = Option<Buffer>;
+
+  fn run(&mut self) -> KvResult<Self::Output> {
+    let mut g = self.chunks.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(chunks) = g.as_mut() else {
+      return Ok(None);
+    };
+    let next = chunks.next_chunk().map(|(_, bytes)| bytes);
+    if next.is_none() {
+      g.take();
+    }
+    Ok(next)
+  }
+
+  fn output(output: Self::Output) -> Option<Buffer> {
+    output.map(Buffer::from)
   }
 }

@@ -33,6 +33,10 @@ export interface GrpcConfig {
   host: string;
   port: number;
   maxLagBatches?: number;
+  /** The engine's own gRPC server, HOST:PORT: RPCs kvplane does not serve are forwarded to it. */
+  upstream?: string;
+  /** Serve only this engine's service (`vllm`, `sglang`, `trtllm`, `tokenspeed`); default all. */
+  engine?: string;
   tlsCert?: string;
   tlsKey?: string;
   tlsCa?: string;
@@ -86,6 +90,8 @@ const GRPC_KEYS: Record<string, keyof GrpcConfig> = {
   host: 'host',
   port: 'port',
   max_lag_batches: 'maxLagBatches',
+  upstream: 'upstream',
+  engine: 'engine',
   tls_cert: 'tlsCert',
   tls_key: 'tlsKey',
   tls_ca: 'tlsCa',

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import type { ZmqFormat } from '../../indexer.js';
 import { checkSourceName, SOURCES } from '../../sources/registry.js';
+import { ENGINE_SERVICE } from '../../transports/grpc/services.js';
 import { applyConfigFile, bad, grpcOf, SERVE_DEFAULTS, type ServeConfig } from './config.js';
 
 function int(name: string, v: string): number {
@@ -22,6 +23,11 @@ function bool(name: string, v: string): boolean {
 }
 
 /** Flags of `kvplane serve`, each with how it lands in the config. */
+function grpcEngine(v: string): string {
+  if (!(v in ENGINE_SERVICE)) bad(`--grpc-engine ${v}: one of ${Object.keys(ENGINE_SERVICE).join(', ')}`);
+  return v;
+}
+
 const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) => void }> = {
   engine: {
     help: `event source: ${Object.entries(SOURCES)
@@ -113,6 +119,14 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
   'grpc-max-lag': {
     help: 'batches a gRPC subscriber may fall behind before RESOURCE_EXHAUSTED (default 1024)',
     apply: (c, v) => (c.grpc = { ...grpcOf(c), maxLagBatches: int('grpc-max-lag', v) }),
+  },
+  'grpc-upstream': {
+    help: "the engine's own gRPC server (HOST:PORT): every other RPC (Generate, GetModelInfo, ...) is forwarded to it, and HealthCheck while kvplane is healthy",
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), upstream: v }),
+  },
+  'grpc-engine': {
+    help: 'serve only this engine service: vllm, sglang, trtllm or tokenspeed (default all four)',
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), engine: grpcEngine(v) }),
   },
   'grpc-tls-cert': {
     help: 'PEM certificate chain: serve gRPC over TLS',

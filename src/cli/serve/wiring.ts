@@ -3,6 +3,7 @@ import { KvEventPublisher } from '../../publisher.js';
 import { createSource } from '../../sources/registry.js';
 import type { EventSource } from '../../sources/source.js';
 import { type GrpcTlsOptions, KvGrpcServer } from '../../transports/grpc/server.js';
+import { ENGINE_SERVICE } from '../../transports/grpc/services.js';
 import { KvHttpServer } from '../../transports/http/server.js';
 import { readCurveClients, readCurveSecretKey, type ZmqCurveOptions } from '../../transports/zmq/curve.js';
 import { bad, type GrpcConfig, type ServeConfig } from './config.js';
@@ -49,6 +50,23 @@ function readCurve(c: ServeConfig): ZmqCurveOptions | null {
   };
 }
 
+function grpcService(engine: string): string {
+  const service = ENGINE_SERVICE[engine];
+  if (service === undefined) bad(`grpc engine ${engine}: one of ${Object.keys(ENGINE_SERVICE).join(', ')}`);
+  return service;
+}
+
+/** What `HealthCheck` reports: unhealthy while the stream failed closed or the source is not ok. */
+function nodeHealth(source: EventSource, publisher: KvEventPublisher): { healthy: boolean; message: string } {
+  const failed = publisher.stream.failClosed[0];
+  if (failed) return { healthy: false, message: `KV events failed closed: ${failed.message}` };
+  const h = source.health();
+  if (h.state !== 'ok') {
+    return { healthy: false, message: `KV event source ${source.name}: ${h.state}${h.reason ? ` (${h.reason})` : ''}` };
+  }
+  return { healthy: true, message: '' };
+}
+
 /** Starts the chosen source, the publisher (with replay) and the HTTP and gRPC servers. */
 export async function startServe(
   c: ServeConfig,
@@ -75,6 +93,9 @@ export async function startServe(
         maxLagBatches: c.grpc.maxLagBatches,
         authToken,
         tls,
+        upstream: c.grpc.upstream,
+        services: c.grpc.engine === undefined ? undefined : [grpcService(c.grpc.engine)],
+        health: () => nodeHealth(source, publisher),
       });
     }
     if (c.http) {

@@ -1,10 +1,27 @@
-import { Metadata, Server, ServerCredentials, type ServerWritableStream, status } from '@grpc/grpc-js';
+import {
+  Metadata,
+  type MethodDefinition,
+  Server,
+  ServerCredentials,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type ServiceDefinition,
+  type ServiceError,
+  type sendUnaryData,
+  status,
+} from '@grpc/grpc-js';
 import { KvPlaneError } from '../../errors.js';
+import type { Snapshot } from '../../indexer.js';
 import type { EncodedBatches } from '../../stream/batches.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { bearerMatches } from '../auth.js';
-import { decodeSubscribeRequest, KV_EVENT_SERVICES, subscribeDefinition } from './services.js';
+import { ENGINE_METHODS, type EngineMethod } from './engine_methods.js';
+import { decodeSubscribeRequest, encodeHealthResponse, KV_EVENT_SERVICES, rawMethod } from './services.js';
 import { type EndStatus, Subscriber } from './subscriber.js';
+import { type AnyHandler, GrpcUpstream } from './upstream.js';
+
+/** `SubscribeKvEvents` on a service kvplane knows no other RPC of. */
+const SUBSCRIBE_METHOD: EngineMethod = { name: 'SubscribeKvEvents', requestStream: false, responseStream: true };
 
 /** PEM material for TLS on the gRPC port. */
 export interface GrpcTlsOptions {
@@ -30,8 +47,23 @@ export interface KvGrpcServerOptions {
    * resumes by resubscribing from its last seq). Default 1024.
    */
   maxLagBatches?: number;
-  /** Services to register `SubscribeKvEvents` under. Default: all of `KV_EVENT_SERVICES`. */
+  /**
+   * Blocks per `KvSnapshotChunk` sent to a subscriber from 0 (docs/protocol.md#snapshots).
+   * Default 4096 (about 200 KB per chunk with 16-token blocks).
+   */
+  snapshotChunkBlocks?: number;
+  /**
+   * Engine services to register (`SubscribeKvEvents`, `HealthCheck` and, with `upstream`, every
+   * other RPC). Default: all of `KV_EVENT_SERVICES`.
+   */
   services?: readonly string[];
+  /**
+   * The engine's own gRPC server, `HOST:PORT` (docs/protocol.md#grpc-upstream): every RPC kvplane
+   * does not serve is forwarded to it, `HealthCheck` included while kvplane itself is healthy.
+   */
+  upstream?: string;
+  /** kvplane's own health, for `HealthCheck`. Default: healthy unless the stream failed closed. */
+  health?: () => { healthy: boolean; message: string };
 }
 
 export interface GrpcStats {
@@ -39,7 +71,8 @@ export interface GrpcStats {
   subscribers: number;
   /** Subscriptions by how they began or were refused. */
   subscribes: {
-    live: number;
+    /** From 0: the index's state as snapshot chunks, then live. */
+    snapshot: number;
     replay: number;
     expired: number;
     unimplemented: number;
@@ -58,6 +91,7 @@ export interface GrpcStats {
 }
 
 const DEFAULT_MAX_LAG = 1024;
+const DEFAULT_SNAPSHOT_CHUNK_BLOCKS = 4096;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
 
@@ -65,7 +99,8 @@ type Call = ServerWritableStream<Buffer, Buffer>;
  * The engine node's gRPC endpoint (docs/protocol.md#grpc-subscribekvevents): `SubscribeKvEvents`
  * under every engine service name. One consumer of the stream's `smg_proto` batches feeds all subscribers; each batch is encoded to
  * protobuf once in Rust and the same bytes go to every stream. A subscription from a seq replays
- * the log, then continues live; an expired or foreign cursor is FAILED_PRECONDITION; a subscriber
+ * the log, then continues live; from 0 it first sends the index's state as snapshot chunks; an
+ * expired or foreign cursor is OUT_OF_RANGE; a subscriber
  * that falls too far behind is cut off without slowing the others.
  */
 export class KvGrpcServer {
@@ -73,13 +108,24 @@ export class KvGrpcServer {
   readonly #stream: KvEventStream | null;
   readonly #token: string | undefined;
   readonly #maxLag: number;
+  readonly #snapshotBlocks: number;
   readonly #subscribers = new Set<Subscriber>();
   readonly #unlisten: () => void;
+  readonly #upstream: GrpcUpstream | null;
+  readonly #health: () => { healthy: boolean; message: string };
   #port = 0;
   #closed = false;
   readonly #stats: GrpcStats = {
     subscribers: 0,
-    subscribes: { live: 0, replay: 0, expired: 0, unimplemented: 0, unauthenticated: 0, invalid: 0, failClosed: 0 },
+    subscribes: {
+      snapshot: 0,
+      replay: 0,
+      expired: 0,
+      unimplemented: 0,
+      unauthenticated: 0,
+      invalid: 0,
+      failClosed: 0,
+    },
     cutOff: 0,
     batchesSent: 0,
     maxLag: 0,
@@ -92,12 +138,21 @@ export class KvGrpcServer {
     this.#stream = opts.stream;
     this.#token = opts.authToken;
     this.#maxLag = opts.maxLagBatches ?? DEFAULT_MAX_LAG;
+    this.#snapshotBlocks = opts.snapshotChunkBlocks ?? DEFAULT_SNAPSHOT_CHUNK_BLOCKS;
+    if (!Number.isInteger(this.#snapshotBlocks) || this.#snapshotBlocks < 1) {
+      throw new KvPlaneError(
+        'ERR_INVALID_ARG',
+        `snapshotChunkBlocks must be a positive integer, got ${this.#snapshotBlocks}`,
+      );
+    }
     if (!Number.isInteger(this.#maxLag) || this.#maxLag < 1) {
       throw new KvPlaneError('ERR_INVALID_ARG', `maxLagBatches must be a positive integer, got ${this.#maxLag}`);
     }
     if (opts.authToken !== undefined && (typeof opts.authToken !== 'string' || opts.authToken === '')) {
       throw new KvPlaneError('ERR_INVALID_ARG', 'authToken must be a non-empty string');
     }
+    this.#upstream = opts.upstream ? new GrpcUpstream(opts.upstream) : null;
+    this.#health = opts.health ?? (() => this.#ownHealth());
     if (this.#stream) {
       this.#unlisten = this.#stream.consume('smg_proto', (b) => this.#fanOut(b));
     } else {
@@ -108,8 +163,21 @@ export class KvGrpcServer {
   static async create(opts: KvGrpcServerOptions): Promise<KvGrpcServer> {
     const server = new Server({ 'grpc.max_send_message_length': -1 });
     const self = new KvGrpcServer(server, opts);
-    const handler = { SubscribeKvEvents: (call: Call) => self.#subscribe(call) };
-    for (const service of opts.services ?? KV_EVENT_SERVICES) server.addService(subscribeDefinition(service), handler);
+    for (const service of opts.services ?? KV_EVENT_SERVICES) {
+      const def: Record<string, MethodDefinition<Buffer, Buffer>> = {};
+      const impl: Record<string, AnyHandler> = {};
+      for (const m of ENGINE_METHODS[service] ?? [SUBSCRIBE_METHOD]) {
+        const path = `/${service}/${m.name}`;
+        let handler: AnyHandler;
+        if (m.name === 'SubscribeKvEvents') handler = (call: Call) => self.#subscribe(call);
+        else if (m.name === 'HealthCheck') handler = self.#healthHandler(service, path, m);
+        else if (self.#upstream) handler = self.#guarded(m, self.#upstream.handler(path, m));
+        else continue;
+        def[m.name] = rawMethod(path, m.requestStream, m.responseStream);
+        impl[m.name] = handler;
+      }
+      server.addService(def as ServiceDefinition, impl);
+    }
     const creds = opts.tls
       ? ServerCredentials.createSsl(
           opts.tls.ca ? Buffer.from(opts.tls.ca) : null,
@@ -162,6 +230,7 @@ export class KvGrpcServer {
     if (this.#closed) return;
     this.#closed = true;
     this.#unlisten();
+    this.#upstream?.close();
     for (const s of [...this.#subscribers])
       s.cut({ code: status.UNAVAILABLE, details: 'the KV event server is shutting down' });
     await new Promise<void>((resolve) => {
@@ -184,6 +253,54 @@ export class KvGrpcServer {
     const md = new Metadata();
     if (this.#stream && !this.#stream.closed) md.set('x-kvplane-epoch', this.#stream.epoch.toString());
     return md;
+  }
+
+  /** Healthy unless the stream is closed or failed closed. */
+  #ownHealth(): { healthy: boolean; message: string } {
+    const stream = this.#stream;
+    if (stream === null) return { healthy: true, message: 'no KV event stream on this server' };
+    if (stream.closed) return { healthy: false, message: 'the KV event stream is closed' };
+    const failed = stream.failClosed[0];
+    if (failed) return { healthy: false, message: failed.message };
+    return { healthy: true, message: '' };
+  }
+
+  /**
+   * `HealthCheck` on `service`: while kvplane is healthy, the engine's answer (with an upstream)
+   * or healthy; otherwise unhealthy with the reason, whatever the engine says.
+   */
+  #healthHandler(service: string, path: string, m: EngineMethod): AnyHandler {
+    const forward = this.#upstream?.handler(path, m);
+    return this.#guarded(m, (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>) => {
+      const own = this.#health();
+      if (own.healthy && forward) {
+        forward(call, callback);
+        return;
+      }
+      try {
+        callback(null, encodeHealthResponse(service, own.healthy, own.message));
+      } catch (err) {
+        callback({ code: status.INTERNAL, details: (err as Error).message } as ServiceError);
+      }
+    });
+  }
+
+  /** `handler` behind the bearer token check, when the server has one. */
+  #guarded(m: EngineMethod, handler: AnyHandler): AnyHandler {
+    const token = this.#token;
+    if (token === undefined) return handler;
+    return (call: { metadata: Metadata; emit(ev: 'error', e: unknown): void }, callback?: sendUnaryData<Buffer>) => {
+      if (bearerMatches(call.metadata.get('authorization')[0]?.toString(), token)) {
+        handler(call, callback);
+        return;
+      }
+      const err = Object.assign(new Error('missing or wrong bearer token'), {
+        code: status.UNAUTHENTICATED,
+        details: 'missing or wrong bearer token',
+      });
+      if (!m.responseStream && callback) callback(err as ServiceError);
+      else call.emit('error', err);
+    };
   }
 
   #refuse(call: Call, code: number, details: string): void {
@@ -217,25 +334,27 @@ export class KvGrpcServer {
       this.#refuse(call, status.FAILED_PRECONDITION, failed.message);
       return;
     }
-    const cursor = stream.indexer.cursor(start);
-    if (cursor.kind === 'expired') {
+    // From 0 ("the current state"): the index's state as snapshot chunks, then live.
+    const cursor = start === 0n ? null : stream.indexer.cursor(start);
+    if (cursor?.kind === 'expired') {
+      // OUT_OF_RANGE: a router resyncs by resubscribing from 0, which sends it a snapshot.
       counts.expired++;
-      this.#refuse(call, status.FAILED_PRECONDITION, cursor.message);
+      this.#refuse(call, status.OUT_OF_RANGE, cursor.message);
       return;
     }
     call.sendMetadata(this.#metadata());
-    const sub = new Subscriber(call, cursor.kind === 'live' ? null : cursor.start, this.#maxLag, (s) => {
+    const sub = new Subscriber(call, cursor === null ? null : cursor.start, this.#maxLag, (s) => {
       this.#subscribers.delete(s);
       this.#sentByEnded += s.sent;
     });
     this.#subscribers.add(sub);
-    if (cursor.kind === 'live') {
-      counts.live++;
-      return;
-    }
-    counts.replay++;
+    let snapshot: Promise<Snapshot | null> | undefined;
+    if (cursor === null) {
+      counts.snapshot++;
+      snapshot = stream.indexer.snapshot(this.#snapshotBlocks);
+    } else counts.replay++;
     sub
-      .catchUp((from, max) => stream.indexer.replay(from, max, 'smg_proto'))
+      .catchUp((from, max) => stream.indexer.replay(from, max, 'smg_proto'), snapshot)
       .then(
         (caughtUp) => {
           if (!caughtUp)

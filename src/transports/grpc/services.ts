@@ -1,4 +1,4 @@
-import type { ServiceDefinition } from '@grpc/grpc-js';
+import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
 import { callNative } from '../../errors.js';
 import native from '../../native.js';
 
@@ -13,6 +13,14 @@ export const KV_EVENT_SERVICES = [
   'tokenspeed.grpc.scheduler.TokenSpeedScheduler',
 ] as const;
 
+/** Each engine's service, by the engine's name (`--grpc-engine`). */
+export const ENGINE_SERVICE: Readonly<Record<string, KvEventService>> = {
+  vllm: KV_EVENT_SERVICES[0],
+  sglang: KV_EVENT_SERVICES[1],
+  trtllm: KV_EVENT_SERVICES[2],
+  tokenspeed: KV_EVENT_SERVICES[3],
+};
+
 export type KvEventService = (typeof KV_EVENT_SERVICES)[number];
 
 /** The full method path of `SubscribeKvEvents` on `service`. */
@@ -21,6 +29,28 @@ export function subscribePath(service: string): string {
 }
 
 const raw = (b: Buffer) => b;
+
+/** A method definition whose messages are bytes both ways (kvplane decodes what it owns itself). */
+export function rawMethod(
+  path: string,
+  requestStream: boolean,
+  responseStream: boolean,
+): MethodDefinition<Buffer, Buffer> {
+  return {
+    path,
+    requestStream,
+    responseStream,
+    requestSerialize: raw,
+    requestDeserialize: raw,
+    responseSerialize: raw,
+    responseDeserialize: raw,
+  };
+}
+
+/** `service`'s `HealthCheckResponse` (vLLM, SGLang, TokenSpeed: healthy + message; TRT-LLM: status). */
+export function encodeHealthResponse(service: string, healthy: boolean, message: string): Buffer {
+  return callNative(() => native.encodeHealthResponse(service, healthy, message));
+}
 
 /**
  * `SubscribeKvEvents` on `service` with raw bytes both ways: requests are read by the core, and

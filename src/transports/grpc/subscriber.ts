@@ -1,5 +1,5 @@
 import type { Metadata, ServerWritableStream } from '@grpc/grpc-js';
-import type { LoggedBatches } from '../../indexer.js';
+import type { LoggedBatches, Snapshot } from '../../indexer.js';
 
 /** Batches read from the replay log per step of a catch-up. */
 const REPLAY_CHUNK = 64;
@@ -74,19 +74,39 @@ export class Subscriber {
   }
 
   /**
-   * Sends the log from the subscription's start seq up to its end, as fast as the peer reads, then
-   * turns live. `read` returns logged batches from a seq (at most `max`, the oldest retained when
+   * Sends `snapshot`'s chunks when given, then the log from the subscription's start seq (or the
+   * seq after the snapshot) up to its end, as fast as the peer reads, then turns live. `read` returns logged batches from a seq (at most `max`, the oldest retained when
    * that seq is gone), as `KvEventBatch` bytes. Resolves `false` if the peer fell so far behind
    * that the log no longer holds the seq it needs (the caller ends the stream).
    */
-  async catchUp(read: (start: bigint, max: number) => LoggedBatches): Promise<boolean> {
+  async catchUp(
+    read: (start: bigint, max: number) => LoggedBatches,
+    snapshot?: Promise<Snapshot | null>,
+  ): Promise<boolean> {
     this.#catchingUp = true;
     try {
+      // A snapshot's chunks first (docs/protocol.md#snapshots): they end at the seq its state
+      // was taken at, and the log continues from the next one. Live batches published while it
+      // is taken and sent are in the log.
+      const snap = snapshot === undefined ? null : await snapshot;
+      if (snap !== null) {
+        try {
+          let seq = snap.lastSeq - BigInt(snap.count) + 1n;
+          for await (const chunk of snap.chunks) {
+            if (this.done) break;
+            this.#enqueue(seq++, chunk);
+            if (this.#blocked) await new Promise<void>((resolve) => (this.#drained = resolve));
+          }
+        } finally {
+          snap.release();
+        }
+      }
       while (!this.done) {
         const from = this.#next ?? 1n;
         const got = read(from, REPLAY_CHUNK);
         if (got.seqs.length === 0) return true;
-        if ((got.seqs[0] as bigint) > from) return false;
+        // (No seq yet: a snapshot of nothing; the log's first batch is where this peer begins.)
+        if ((got.seqs[0] as bigint) > from && this.#next !== null) return false;
         for (let i = 0; i < got.seqs.length; i++) this.#enqueue(got.seqs[i] as bigint, got.payloads[i] as Buffer);
         if (this.#blocked) await new Promise<void>((resolve) => (this.#drained = resolve));
       }

@@ -7,6 +7,7 @@ use crate::codec::protobuf::{
 };
 use crate::codec::value::Value;
 use crate::event::{EventRef, EventRefs, RemovedView, StoredFields, StoredView};
+use crate::{ErrorCode, KvError, KvResult};
 
 /// Encodes batch `seq` of `events`. Stored events become one `KvBlock` per hash with its
 /// `block_size` tokens (an event whose tokens do not split that way carries its blocks without
@@ -30,7 +31,9 @@ pub fn encode_batch<'a>(
   let first_id = (seq & 0xffff_ffff) << 32;
   let published = events.filter(|e| e.is_published());
   for (event_id, e) in (first_id..).zip(published) {
-    put_len_delimited(out, BATCH_EVENTS, |out| encode_event(&e, event_id, out));
+    put_len_delimited(out, BATCH_EVENTS, |out| {
+      encode_event_with_id(&e, event_id, out)
+    });
   }
   if let Some(r) = dp_rank {
     put_key(out, BATCH_DP_RANK, VARINT);
@@ -38,8 +41,8 @@ pub fn encode_batch<'a>(
   }
 }
 
-/// A `KvCacheEvent`.
-fn encode_event(e: &EventRef<'_>, event_id: u64, out: &mut Vec<u8>) {
+/// A `KvCacheEvent` (`event_id` 0 is left out, as proto3 does).
+pub(super) fn encode_event_with_id(e: &EventRef<'_>, event_id: u64, out: &mut Vec<u8>) {
   if event_id != 0 {
     put_key(out, EVENT_ID, VARINT);
     put_varint(out, event_id);
@@ -159,5 +162,47 @@ pub fn encode_subscribe_request(start: u64) -> Vec<u8> {
     SUBSCRIBE_START_SEQUENCE_NUMBER,
     (start != 0).then_some(start),
   );
+  out
+}
+
+/// The two shapes of the engine services' `HealthCheckResponse`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthForm {
+  /// vLLM, SGLang, TokenSpeed: `bool healthy = 1; string message = 2;`
+  HealthyMessage,
+  /// TensorRT-LLM: `string status = 1;`, `"OK"` or what is wrong.
+  Status,
+}
+
+impl HealthForm {
+  /// The form of `service`'s `HealthCheckResponse` (a full service name such as
+  /// `vllm.grpc.engine.VllmEngine`).
+  pub fn of_service(service: &str) -> KvResult<HealthForm> {
+    match service {
+      "vllm.grpc.engine.VllmEngine"
+      | "sglang.grpc.scheduler.SglangScheduler"
+      | "tokenspeed.grpc.scheduler.TokenSpeedScheduler" => Ok(HealthForm::HealthyMessage),
+      "trtllm.TrtllmService" => Ok(HealthForm::Status),
+      _ => Err(KvError::new(
+        ErrorCode::InvalidArg,
+        format!("no HealthCheck form known for service {service:?}"),
+      )),
+    }
+  }
+}
+
+/// A `HealthCheckResponse` in `form`: healthy, or not with `message` saying why.
+pub fn encode_health_response(form: HealthForm, healthy: bool, message: &str) -> Vec<u8> {
+  let mut out = Vec::with_capacity(message.len() + 8);
+  match form {
+    HealthForm::HealthyMessage => {
+      if healthy {
+        put_key(&mut out, 1, VARINT);
+        put_varint(&mut out, 1);
+      }
+      put_str(&mut out, 2, (!message.is_empty()).then_some(message));
+    }
+    HealthForm::Status => put_str(&mut out, 1, Some(if healthy { "OK" } else { message })),
+  }
   out
 }

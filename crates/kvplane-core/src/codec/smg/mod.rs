@@ -6,11 +6,13 @@
 
 mod decode;
 mod encode;
+mod snapshot;
 #[cfg(test)]
 mod tests;
 
 pub use decode::{decode_batch, decode_subscribe_request, DecodedProtoBatch};
-pub use encode::{encode_batch, encode_subscribe_request};
+pub use encode::{encode_batch, encode_health_response, encode_subscribe_request, HealthForm};
+pub use snapshot::{SnapshotChunks, SNAPSHOT_CHUNK_BLOCKS};
 
 // Field numbers, per message (proto/common.proto).
 
@@ -22,6 +24,12 @@ const BATCH_SEQUENCE_NUMBER: u32 = 1;
 const BATCH_TIMESTAMP: u32 = 2;
 const BATCH_EVENTS: u32 = 3;
 const BATCH_DP_RANK: u32 = 4;
+const BATCH_SNAPSHOT: u32 = 7;
+
+// `KvSnapshotChunk`
+const SNAPSHOT_INDEX: u32 = 1;
+const SNAPSHOT_COUNT: u32 = 2;
+const SNAPSHOT_BLOCKS: u32 = 3;
 
 // `KvCacheEvent` (`stored`, `removed` and `cleared` are the `data` oneof)
 const EVENT_ID: u32 = 1;

@@ -81,3 +81,29 @@ fn refuses_truncated_and_overlong_input() {
     decode_batch(&[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]).is_err()
   );
 }
+
+#[test]
+fn health_responses_take_each_engines_shape() {
+  let f = |s: &str| HealthForm::of_service(s).unwrap();
+  let vllm = f("vllm.grpc.engine.VllmEngine");
+  assert_eq!(encode_health_response(vllm, true, ""), [0x08, 0x01]);
+  assert_eq!(
+    encode_health_response(vllm, false, "down"),
+    [0x12, 4, b'd', b'o', b'w', b'n']
+  );
+  let trt = f("trtllm.TrtllmService");
+  assert_eq!(
+    encode_health_response(trt, true, "ignored"),
+    [0x0a, 2, b'O', b'K']
+  );
+  assert_eq!(encode_health_response(trt, false, "x"), [0x0a, 1, b'x']);
+  assert_eq!(
+    f("sglang.grpc.scheduler.SglangScheduler"),
+    HealthForm::HealthyMessage
+  );
+  assert_eq!(
+    f("tokenspeed.grpc.scheduler.TokenSpeedScheduler"),
+    HealthForm::HealthyMessage
+  );
+  assert!(HealthForm::of_service("other.Service").is_err());
+}

@@ -1,0 +1,180 @@
+import {
+  Client,
+  type ClientDuplexStream,
+  type ClientReadableStream,
+  credentials,
+  type Metadata,
+  type ServerDuplexStream,
+  type ServerReadableStream,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type ServiceError,
+  type StatusObject,
+  type sendUnaryData,
+  status,
+} from '@grpc/grpc-js';
+import type { EngineMethod } from './engine_methods.js';
+
+const raw = (b: Buffer) => b;
+
+/** A grpc-js server handler of any of the four shapes. */
+// biome-ignore lint/suspicious/noExplicitAny: grpc-js types each shape's handler differently
+export type AnyHandler = (call: any, callback?: any) => void;
+
+/** Headers kvplane does not pass on: its own credential (checked here, not the engine's). */
+const OWN_HEADERS = ['authorization'];
+
+/**
+ * The engine's own gRPC server behind kvplane (docs/protocol.md#grpc-upstream): every RPC kvplane
+ * does not serve itself is forwarded to it as opaque bytes, in whichever directions it streams,
+ * with the caller's metadata and deadline, cancellation both ways, and the engine's headers,
+ * trailers and status passed back. An engine that is down answers UNAVAILABLE.
+ */
+export class GrpcUpstream {
+  readonly address: string;
+  readonly #client: Client;
+
+  constructor(address: string) {
+    this.address = address;
+    this.#client = new Client(address, credentials.createInsecure(), {
+      'grpc.max_receive_message_length': -1,
+      'grpc.max_send_message_length': -1,
+    });
+  }
+
+  /** The handler forwarding `path` (`/service/Method`) of shape `method`. */
+  handler(path: string, method: EngineMethod): AnyHandler {
+    if (!method.requestStream && !method.responseStream) {
+      return (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>) =>
+        this.#unary(path, call, callback);
+    }
+    if (!method.requestStream) return (call: ServerWritableStream<Buffer, Buffer>) => this.#serverStream(path, call);
+    if (!method.responseStream) {
+      return (call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>) =>
+        this.#clientStream(path, call, callback);
+    }
+    return (call: ServerDuplexStream<Buffer, Buffer>) => this.#bidi(path, call);
+  }
+
+  close(): void {
+    this.#client.close();
+  }
+
+  #unary(path: string, call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void {
+    const answer = answered(callback);
+    const up = this.#client.makeUnaryRequest(
+      path,
+      raw,
+      raw,
+      call.request,
+      forwarded(call.metadata),
+      { deadline: call.getDeadline() },
+      answer.reply,
+    );
+    up.on('metadata', (md: Metadata) => call.sendMetadata(md));
+    up.on('status', answer.status);
+    call.on('cancelled', () => up.cancel());
+  }
+
+  #serverStream(path: string, call: ServerWritableStream<Buffer, Buffer>): void {
+    const up = this.#client.makeServerStreamRequest(path, raw, raw, call.request, forwarded(call.metadata), {
+      deadline: call.getDeadline(),
+    });
+    pipeDown(up, call);
+  }
+
+  #clientStream(path: string, call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void {
+    const answer = answered(callback);
+    const up = this.#client.makeClientStreamRequest(
+      path,
+      raw,
+      raw,
+      forwarded(call.metadata),
+      { deadline: call.getDeadline() },
+      answer.reply,
+    );
+    up.on('metadata', (md: Metadata) => call.sendMetadata(md));
+    up.on('status', answer.status);
+    pipeUp(call, up);
+    call.on('cancelled', () => up.cancel());
+  }
+
+  #bidi(path: string, call: ServerDuplexStream<Buffer, Buffer>): void {
+    const up = this.#client.makeBidiStreamRequest(path, raw, raw, forwarded(call.metadata), {
+      deadline: call.getDeadline(),
+    });
+    pipeUp(call, up);
+    pipeDown(up, call);
+  }
+}
+
+/**
+ * A single-response call's answer: the engine's reply and its status (with the trailers) come
+ * separately, in either order; the caller gets both at once.
+ */
+function answered(callback: sendUnaryData<Buffer>): {
+  reply: (err: ServiceError | null, reply?: Buffer) => void;
+  status: (s: StatusObject) => void;
+} {
+  let result: { err: ServiceError | null; reply?: Buffer } | undefined;
+  let trailers: Metadata | undefined;
+  let done = false;
+  const finish = () => {
+    if (done || result === undefined || (result.err === null && trailers === undefined)) return;
+    done = true;
+    if (result.err) callback(result.err);
+    else callback(null, result.reply, trailers);
+  };
+  return {
+    reply: (err, reply) => {
+      result = { err, reply };
+      finish();
+    },
+    status: (s) => {
+      trailers = s.metadata;
+      finish();
+    },
+  };
+}
+
+/** The caller's metadata as sent on to the engine. */
+function forwarded(md: Metadata): Metadata {
+  const out = md.clone();
+  for (const h of OWN_HEADERS) out.remove(h);
+  return out;
+}
+
+/** The engine's responses to the caller, at the caller's pace; its status ends the call. */
+function pipeDown(
+  up: ClientReadableStream<Buffer> | ClientDuplexStream<Buffer, Buffer>,
+  call: ServerWritableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
+): void {
+  up.on('metadata', (md: Metadata) => call.sendMetadata(md));
+  up.on('data', (d: Buffer) => {
+    if (!call.write(d)) {
+      up.pause();
+      call.once('drain', () => up.resume());
+    }
+  });
+  // `error` carries a non-OK status; `status` comes for every end.
+  up.on('error', () => {});
+  up.on('status', (s: StatusObject) => {
+    if (s.code === status.OK) call.end(s.metadata);
+    else call.emit('error', Object.assign(new Error(s.details), s) as ServiceError);
+  });
+  call.on('cancelled', () => up.cancel());
+}
+
+/** The caller's requests to the engine, at the engine's pace. */
+function pipeUp(
+  call: ServerReadableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
+  up: { write(d: Buffer): boolean; end(): void; once(ev: 'drain', f: () => void): unknown },
+): void {
+  call.on('data', (d: Buffer) => {
+    if (!up.write(d)) {
+      call.pause();
+      up.once('drain', () => call.resume());
+    }
+  });
+  call.on('end', () => up.end());
+}

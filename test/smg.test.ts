@@ -1,0 +1,375 @@
+import {
+  type Client,
+  type ClientReadableStream,
+  credentials,
+  Metadata,
+  makeGenericClientConstructor,
+  Server,
+  ServerCredentials,
+  type ServerUnaryCall,
+  type ServerWritableStream,
+  type ServiceError,
+  type sendUnaryData,
+  status,
+} from '@grpc/grpc-js';
+import { afterEach, describe, expect, it } from 'vitest';
+import {
+  ENGINE_METHODS,
+  type KvEvent,
+  KvEventPublisher,
+  KvGrpcServer,
+  type KvGrpcServerOptions,
+  rawMethod,
+} from '../src/index.js';
+import { FROM_SEQ_1, runGrpcPeer, sleep, until } from './fixtures.js';
+
+// SMG's side of a worker (docs/protocol.md#snapshots, #grpc-upstream): snapshots for a
+// subscriber from 0, OUT_OF_RANGE for an expired cursor, HealthCheck, and the engine's other RPCs
+// forwarded to its own gRPC server.
+
+const cleanup: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+const VLLM = 'vllm.grpc.engine.VllmEngine';
+
+const stored = (hash: number, parent: number | null): KvEvent => ({
+  type: 'stored',
+  blockHashes: [BigInt(hash)],
+  parentBlockHash: parent === null ? null : BigInt(parent),
+  tokenIds: new Uint32Array(16).fill(hash),
+  blockSize: 16,
+});
+
+async function node(
+  grpcOpts: Partial<KvGrpcServerOptions> = {},
+  pubOpts: Record<string, unknown> = {},
+): Promise<{ pub: KvEventPublisher; grpc: KvGrpcServer; address: string }> {
+  const pub = await KvEventPublisher.create({
+    endpoint: 'tcp://127.0.0.1:*',
+    dataParallelRank: 0,
+    ...FROM_SEQ_1,
+    ...pubOpts,
+  });
+  cleanup.push(() => pub.close());
+  const grpc = await KvGrpcServer.create({ stream: pub.stream, host: '127.0.0.1', ...grpcOpts });
+  cleanup.push(() => grpc.close());
+  return { pub, grpc, address: `127.0.0.1:${grpc.port}` };
+}
+
+/** 14 blocks on rank 0 in 14 batches: a chain 1..10 and a branch 100..103 from block 5. */
+async function publishState(pub: KvEventPublisher): Promise<void> {
+  const one = async (e: KvEvent) => {
+    pub.publish([e]);
+    await pub.flush(); // a batch of its own
+  };
+  for (let h = 1; h <= 10; h++) await one(stored(h, h === 1 ? null : h - 1));
+  for (let h = 100; h <= 103; h++) await one(stored(h, h === 100 ? 5 : h - 1));
+}
+
+interface PeerBatch {
+  seq: string;
+  dp_rank: number | null;
+  events: Array<{
+    type: string;
+    block_hashes?: string[];
+    parent_block_hash?: string;
+    token_ids?: number[];
+    event_id: string;
+  }>;
+  snapshot?: { index: number; count: number; blocks: number };
+}
+
+describe('SubscribeKvEvents from 0: the index as snapshot chunks, then live', () => {
+  it.each([
+    [1, 14],
+    [3, 5],
+    [4096, 1],
+  ])(
+    'chunks of %i blocks (%i chunks) hold the tree dump, numbered up to the cut, then live with no gap or duplicate',
+    async (blocks, count) => {
+      const { pub, grpc, address } = await node({ snapshotChunkBlocks: blocks });
+      await publishState(pub);
+      const dump = await pub.indexer.dumpTree();
+      // SMG's client: grpcio with smg-grpc-proto's stubs, from 0, as SMG 1.13 subscribes.
+      const peer = runGrpcPeer([address, 'vllm', '0', String(count + 3)]);
+      await until(() => grpc.stats().subscribers === 1, 'the subscription');
+      await sleep(200);
+      for (const e of [stored(200, null), stored(201, 200), { type: 'removed', blockHashes: [201n] } as KvEvent]) {
+        pub.publish([e]);
+        await pub.flush();
+      }
+      const lines = await peer;
+      const batches = lines.slice(1) as unknown as PeerBatch[];
+      const chunks = batches.slice(0, count);
+      expect(chunks.map((b) => Number(b.seq))).toEqual(Array.from({ length: count }, (_, i) => 14 - count + 1 + i));
+      expect(chunks.map((b) => b.snapshot)).toEqual(chunks.map((_, i) => ({ index: i, count, blocks: 14 })));
+      expect(chunks.every((b) => b.dp_rank === 0)).toBe(true);
+      const events = chunks.flatMap((b) => b.events);
+      expect(events[0]?.type).toBe('cleared');
+      expect(events.every((e) => e.event_id === '0')).toBe(true);
+      // Parents before children, every block of the dump once, with its tokens.
+      const seen = new Set<string>();
+      const tokens = new Map<string, number[]>();
+      for (const e of events.slice(1)) {
+        expect(e.type).toBe('stored');
+        if (e.parent_block_hash !== undefined) expect(seen.has(e.parent_block_hash)).toBe(true);
+        (e.block_hashes ?? []).forEach((h, i) => {
+          seen.add(h);
+          tokens.set(h, (e.token_ids ?? []).slice(i * 16, (i + 1) * 16));
+        });
+      }
+      const dumped = dump.workers.flatMap((w) => w.events.flatMap((e) => [...(e.blockHashes ?? [])].map(String)));
+      expect([...seen].sort()).toEqual(dumped.sort());
+      expect(tokens.get('103')).toEqual(Array(16).fill(103));
+      // Then live, from the seq after the cut.
+      expect(batches.slice(count).map((b) => [Number(b.seq), b.snapshot, b.events.map((e) => e.type)])).toEqual([
+        [15, undefined, ['stored']],
+        [16, undefined, ['stored']],
+        [17, undefined, ['removed']],
+      ]);
+      expect(grpc.stats().subscribes.snapshot).toBe(1);
+    },
+    30_000,
+  );
+
+  it('an expired cursor is OUT_OF_RANGE with the expired-cursor message; from 0 the router gets the state again', async () => {
+    const { pub, address } = await node({}, { bufferSteps: 3 });
+    await publishState(pub);
+    const expired = await runGrpcPeer([address, 'trtllm', '2', '1']);
+    expect(expired.at(-1)).toMatchObject({ status: 'OUT_OF_RANGE' });
+    expect(String(expired.at(-1)?.details)).toContain(
+      'expired KV event replay cursor: requested sequence 2, oldest available sequence 12',
+    );
+    // SMG's resync: resubscribe from 0 and take the snapshot.
+    const again = (await runGrpcPeer([address, 'trtllm', '0', '1'])).slice(1) as unknown as PeerBatch[];
+    expect(again[0]?.snapshot).toEqual({ index: 0, count: 1, blocks: 14 });
+  }, 30_000);
+
+  it('a snapshot of nothing is live only; of an emptied index, one whole-node clear', async () => {
+    const { pub, address } = await node();
+    const peer = runGrpcPeer([address, 'vllm', '0', '1']);
+    await sleep(500);
+    pub.publish([stored(1, null)]);
+    await pub.flush();
+    const first = (await peer).slice(1) as unknown as PeerBatch[];
+    expect(first.map((b) => [b.seq, b.snapshot])).toEqual([['1', undefined]]);
+    pub.publish([{ type: 'removed', blockHashes: [1n] }]);
+    await pub.flush();
+    const empty = (await runGrpcPeer([address, 'vllm', '0', '1'])).slice(1) as unknown as PeerBatch[];
+    expect(empty).toEqual([
+      {
+        seq: '2',
+        dp_rank: null,
+        events: [{ type: 'cleared', event_id: '0' }],
+        snapshot: { index: 0, count: 1, blocks: 0 },
+      },
+    ]);
+  }, 30_000);
+});
+
+describe('HealthCheck', () => {
+  it('answers on every engine service, or only on the one named; unhealthy with the reason', async () => {
+    const { address } = await node();
+    for (const service of ['vllm', 'sglang', 'tokenspeed']) {
+      expect(await runGrpcPeer(['health', address, service])).toEqual([{ healthy: true, message: '' }]);
+    }
+    expect(await runGrpcPeer(['health', address, 'trtllm'])).toEqual([{ status: 'OK' }]);
+    let healthy = false;
+    const one = await node({ services: [VLLM], health: () => ({ healthy, message: 'source disconnected' }) });
+    expect(await runGrpcPeer(['health', one.address, 'vllm'])).toEqual([
+      { healthy: false, message: 'source disconnected' },
+    ]);
+    expect(await runGrpcPeer(['health', one.address, 'sglang'])).toMatchObject([{ code: 'UNIMPLEMENTED' }]);
+    healthy = true;
+    expect(await runGrpcPeer(['health', one.address, 'vllm'])).toEqual([
+      { healthy: true, message: 'source disconnected' },
+    ]);
+  }, 30_000);
+});
+
+/** The engine's own gRPC server: the vLLM servicer's RPCs as bytes, with what each call saw. */
+async function upstreamEngine(): Promise<{
+  address: string;
+  server: Server;
+  seen: Array<{ method: string; header: string | undefined; auth: string | undefined }>;
+  cancelled: string[];
+}> {
+  const server = new Server();
+  const seen: Array<{ method: string; header: string | undefined; auth: string | undefined }> = [];
+  const cancelled: string[] = [];
+  const note = (method: string, md: Metadata) =>
+    seen.push({ method, header: md.get('x-request-tag')[0]?.toString(), auth: md.get('authorization')[0]?.toString() });
+  const def: Record<string, ReturnType<typeof rawMethod>> = {};
+  for (const m of ENGINE_METHODS[VLLM] ?? [])
+    def[m.name] = rawMethod(`/${VLLM}/${m.name}`, m.requestStream, m.responseStream);
+  const trailer = () => {
+    const md = new Metadata();
+    md.set('x-engine-trailer', 'yes');
+    return md;
+  };
+  server.addService(def, {
+    // Unary: echoes the request bytes reversed, with a header and a trailer.
+    GetModelInfo: (call: ServerUnaryCall<Buffer, Buffer>, cb: sendUnaryData<Buffer>) => {
+      note('GetModelInfo', call.metadata);
+      const md = new Metadata();
+      md.set('x-engine-header', 'model');
+      call.sendMetadata(md);
+      cb(null, Buffer.from(call.request).reverse(), trailer());
+    },
+    HealthCheck: (call: ServerUnaryCall<Buffer, Buffer>, cb: sendUnaryData<Buffer>) => {
+      note('HealthCheck', call.metadata);
+      cb(null, Buffer.from([0x08, 0x01, 0x12, 0x06, ...Buffer.from('engine')])); // healthy, "engine"
+    },
+    Abort: (call: ServerUnaryCall<Buffer, Buffer>, cb: sendUnaryData<Buffer>) => {
+      note('Abort', call.metadata);
+      cb({ code: status.NOT_FOUND, details: 'no such request', metadata: trailer() } as ServiceError);
+    },
+    // Never answers: for deadlines and cancellation.
+    GetLoads: (call: ServerUnaryCall<Buffer, Buffer>) => {
+      note('GetLoads', call.metadata);
+      call.on('cancelled', () => cancelled.push('GetLoads'));
+    },
+    // Server streaming: the request's first byte says how many responses, 10 ms apart.
+    Generate: (call: ServerWritableStream<Buffer, Buffer>) => {
+      note('Generate', call.metadata);
+      const n = call.request[0] ?? 0;
+      let i = 0;
+      const timer = setInterval(() => {
+        if (i === n) {
+          clearInterval(timer);
+          call.end(trailer());
+          return;
+        }
+        call.write(Buffer.from([i++]));
+      }, 10);
+      call.on('cancelled', () => {
+        clearInterval(timer);
+        cancelled.push('Generate');
+      });
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+  );
+  cleanup.push(() => server.forceShutdown());
+  return { address: `127.0.0.1:${port}`, server, seen, cancelled };
+}
+
+/** A client of the vLLM service's RPCs with bytes both ways. */
+function engineClient(address: string): Client & Record<string, (...args: unknown[]) => unknown> {
+  const def: Record<string, ReturnType<typeof rawMethod>> = {};
+  for (const m of ENGINE_METHODS[VLLM] ?? [])
+    def[m.name] = rawMethod(`/${VLLM}/${m.name}`, m.requestStream, m.responseStream);
+  const Ctor = makeGenericClientConstructor(def, 'VllmEngine');
+  const c = new Ctor(address, credentials.createInsecure()) as unknown as Client &
+    Record<string, (...args: unknown[]) => unknown>;
+  cleanup.push(() => c.close());
+  return c;
+}
+
+function unary(
+  c: ReturnType<typeof engineClient>,
+  method: string,
+  req: Buffer,
+  md = new Metadata(),
+  deadlineMs?: number,
+): Promise<{ err: ServiceError | null; reply?: Buffer; header?: Metadata; trailer?: Metadata }> {
+  return new Promise((resolve) => {
+    let header: Metadata | undefined;
+    let trailer: Metadata | undefined;
+    const opts = deadlineMs === undefined ? {} : { deadline: Date.now() + deadlineMs };
+    const call = c[method]?.(req, md, opts, (err: ServiceError | null, reply?: Buffer) =>
+      setImmediate(() => resolve({ err, reply, header, trailer })),
+    ) as { on(ev: string, f: (x: unknown) => void): void };
+    call.on('metadata', (m) => {
+      header = m as Metadata;
+    });
+    call.on('status', (s) => {
+      trailer = (s as { metadata: Metadata }).metadata;
+    });
+  });
+}
+
+describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
+  it('forwards unary and streaming calls as bytes, with metadata, status, cancellation and deadlines', async () => {
+    const engine = await upstreamEngine();
+    const { address } = await node({ upstream: engine.address, services: [VLLM] });
+    const c = engineClient(address);
+    const md = new Metadata();
+    md.set('x-request-tag', 'r1');
+    const info = await unary(c, 'GetModelInfo', Buffer.from([1, 2, 3]), md);
+    expect(info.err).toBeNull();
+    expect([...(info.reply ?? [])]).toEqual([3, 2, 1]);
+    expect(info.header?.get('x-engine-header')).toEqual(['model']);
+    expect(info.trailer?.get('x-engine-trailer')).toEqual(['yes']);
+    expect(engine.seen[0]).toEqual({ method: 'GetModelInfo', header: 'r1', auth: undefined });
+
+    const abort = await unary(c, 'Abort', Buffer.alloc(0));
+    expect([abort.err?.code, abort.err?.details]).toEqual([status.NOT_FOUND, 'no such request']);
+    expect(abort.err?.metadata.get('x-engine-trailer')).toEqual(['yes']);
+
+    // Server streaming, in order, to its end.
+    const got: number[] = [];
+    const stream = c.Generate?.(Buffer.from([5]), new Metadata()) as ClientReadableStream<Buffer>;
+    await new Promise<void>((resolve, reject) => {
+      stream.on('data', (d: Buffer) => got.push(d[0] as number));
+      stream.on('end', () => resolve());
+      stream.on('error', reject);
+    });
+    expect(got).toEqual([0, 1, 2, 3, 4]);
+
+    // Cancelled by the caller: the engine's call is cancelled too.
+    const long = c.Generate?.(Buffer.from([200]), new Metadata()) as ClientReadableStream<Buffer>;
+    long.on('error', () => {});
+    await new Promise<void>((resolve) => long.once('data', () => resolve()));
+    long.cancel();
+    await until(() => engine.cancelled.includes('Generate'), 'the engine call cancelled');
+
+    // The caller's deadline reaches the engine.
+    const t0 = Date.now();
+    const slow = await unary(c, 'GetLoads', Buffer.alloc(0), new Metadata(), 300);
+    expect(slow.err?.code).toBe(status.DEADLINE_EXCEEDED);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    await until(() => engine.cancelled.includes('GetLoads'), 'the engine call ended by its deadline');
+  }, 30_000);
+
+  it('HealthCheck goes to the engine while kvplane is healthy; an engine that is down is UNAVAILABLE while SubscribeKvEvents keeps serving', async () => {
+    const engine = await upstreamEngine();
+    let healthy = true;
+    const { pub, address } = await node({
+      upstream: engine.address,
+      health: () => ({ healthy, message: 'KV event source vllm: disconnected' }),
+    });
+    expect(await runGrpcPeer(['health', address, 'vllm'])).toEqual([{ healthy: true, message: 'engine' }]);
+    // The engine serves only its own service: SMG learns the engine type from that.
+    expect(await runGrpcPeer(['health', address, 'sglang'])).toMatchObject([{ code: 'UNIMPLEMENTED' }]);
+    healthy = false;
+    expect(await runGrpcPeer(['health', address, 'vllm'])).toEqual([
+      { healthy: false, message: 'KV event source vllm: disconnected' },
+    ]);
+    healthy = true;
+
+    engine.server.forceShutdown();
+    const c = engineClient(address);
+    const down = await unary(c, 'GetModelInfo', Buffer.from([1]));
+    expect(down.err?.code).toBe(status.UNAVAILABLE);
+    await publishState(pub);
+    const batches = (await runGrpcPeer([address, 'vllm', '0', '1'])).slice(1) as unknown as PeerBatch[];
+    expect(batches[0]?.snapshot).toEqual({ index: 0, count: 1, blocks: 14 });
+  }, 30_000);
+
+  it('with a bearer token, proxied calls need it and it is not passed to the engine', async () => {
+    const engine = await upstreamEngine();
+    const { address } = await node({ upstream: engine.address, services: [VLLM], authToken: 's3cret' });
+    const c = engineClient(address);
+    const none = await unary(c, 'GetModelInfo', Buffer.from([1]));
+    expect(none.err?.code).toBe(status.UNAUTHENTICATED);
+    const md = new Metadata();
+    md.set('authorization', 'Bearer s3cret');
+    const ok = await unary(c, 'GetModelInfo', Buffer.from([1]), md);
+    expect(ok.err).toBeNull();
+    expect(engine.seen.at(-1)).toEqual({ method: 'GetModelInfo', header: undefined, auth: undefined });
+  }, 30_000);
+});
