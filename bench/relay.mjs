@@ -4,8 +4,8 @@
 // vLLM's structs, every event applied to Dynamo's RadixTree, pyzmq PUB re-publish).
 //
 // The engine is this process: a ZMQ PUB sending vLLM-format batches (`[topic, seq, payload]`, 32
-// events each: 16 one-block BlockStored in chains of 4, and 16 BlockRemoved of the blocks stored
-// 8 batches earlier), each stamped with its send time as the batch's `ts`. A ZMQ SUB here reads
+// events each by default (--events): 16 one-block BlockStored in chains of 4, and 16 BlockRemoved
+// of the blocks stored 8 batches earlier), each stamped with its send time as the batch's `ts`. A ZMQ SUB here reads
 // the relay's output, so send and receive times come from one clock.
 //   1. top rate: at most 512 batches in flight (sent, not yet received downstream) for --seconds;
 //   2. added latency at half that rate, open loop: receive time - the batch's ts, p50 / p99.
@@ -14,7 +14,7 @@
 // latency floor of this setup, subtracted to give kvplane's added latency. `--half-rate N`
 // (events/s) sets the latency step's rate for all three instead.
 //
-//   node bench/relay.mjs [--seconds 10] [--only direct|kvplane|python] [--half-rate N]
+//   node bench/relay.mjs [--seconds 10] [--events 32] [--only direct|kvplane|python] [--half-rate N]
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
@@ -27,7 +27,9 @@ const seconds = Number(flag('--seconds', '10'));
 const only = flag('--only', null);
 const halfRateFlag = flag('--half-rate', null);
 const halfRate = halfRateFlag === null ? null : Number(halfRateFlag);
-const EVENTS = 32;
+/** Events per engine batch: half single-block stores (chains of 4), half removals. */
+const EVENTS = Number(flag('--events', '32'));
+const STORES = EVENTS / 2;
 const WINDOW = 512;
 const CYCLE = 1024;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -35,22 +37,22 @@ const now = () => (performance.timeOrigin + performance.now()) / 1000;
 
 /** The workload: CYCLE batches, replayed cyclically (blocks of the last 8 batches stay live). */
 function workload() {
-  const hash = (batch, i) => BigInt(batch * 64 + i + 1);
+  const hash = (batch, i) => BigInt(batch * STORES + i + 1);
   const out = [];
   for (let b = 0; b < CYCLE; b++) {
     const events = [];
-    for (let i = 0; i < 16; i++) {
+    for (let i = 0; i < STORES; i++) {
       events.push({
         type: 'stored',
         blockHashes: [hash(b, i)],
         parentBlockHash: i % 4 === 0 ? null : hash(b, i - 1),
-        tokenIds: Uint32Array.from({ length: 16 }, (_, t) => (b * 16 + i) * 16 + t),
+        tokenIds: Uint32Array.from({ length: 16 }, (_, t) => (b * STORES + i) * 16 + t),
         blockSize: 16,
         medium: 'GPU',
       });
     }
     const old = (b - 8 + CYCLE) % CYCLE;
-    for (let i = 15; i >= 0; i--) events.push({ type: 'removed', blockHashes: [hash(old, i)], medium: 'GPU' });
+    for (let i = STORES - 1; i >= 0; i--) events.push({ type: 'removed', blockHashes: [hash(old, i)], medium: 'GPU' });
     const payload = encodeBatch({ seq: 0n, ts: 1.5, dpRank: null, events }, 'vllm');
     if (payload[0] !== 0x93 || payload[1] !== 0xcb)
       throw new Error('unexpected batch layout: ts is not at bytes 2..10');
@@ -96,6 +98,8 @@ async function startRelay(kind, engineEndpoint) {
   if (kind === 'kvplane') {
     const grpcPort = await freePort();
     const proc = spawn(process.execPath, [
+      // e.g. KVPLANE_BENCH_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof' to profile the relay
+      ...(process.env.KVPLANE_BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
       'dist/cli.js',
       'serve',
       '--engine',
@@ -120,14 +124,18 @@ async function startRelay(kind, engineEndpoint) {
     proc.stderr.pipe(process.stderr);
     const out = lines(proc);
     const serving = JSON.parse(await out.until((l) => l.includes('"serving"'), 'kvplane serve'));
-    // One gRPC subscriber, live, in its own process: it reads every batch the relay publishes.
-    const grpc = spawn(process.execPath, ['bench/grpc_sub.mjs', `127.0.0.1:${grpcPort}`, '1', '1000000000']);
-    grpc.stderr.pipe(process.stderr);
-    await lines(grpc).until((l) => l === 'ready', 'the gRPC subscriber');
+    // One gRPC subscriber, live, in its own process: it reads every batch the relay publishes
+    // (--no-grpc leaves it out, to see what it costs on this machine).
+    let grpc = null;
+    if (!args.includes('--no-grpc')) {
+      grpc = spawn(process.execPath, ['bench/grpc_sub.mjs', `127.0.0.1:${grpcPort}`, '1', '1000000000']);
+      grpc.stderr.pipe(process.stderr);
+      await lines(grpc).until((l) => l === 'ready', 'the gRPC subscriber');
+    }
     return {
       endpoint: serving.endpoint,
       async stop() {
-        grpc.kill();
+        grpc?.kill();
         proc.kill('SIGTERM');
         await new Promise((r) => proc.on('exit', r));
       },
