@@ -11,6 +11,10 @@
       call HealthCheck on SERVICE and print {"healthy": bool, "message": "..."} (TensorRT-LLM:
       {"status": "..."}), or {"code": "CODE_NAME", "details": "..."} on a non-OK status.
 
+  grpc_peer.py generate ADDRESS TEXT
+      one vLLM Generate of TEXT (max_tokens 1) and print {"outputs": n} once the stream ends, or
+      {"code": ..., "details": ...}.
+
 Snapshot chunks carry "snapshot": {"index", "count", "blocks"} as well.
 Events are printed in a compact normalized form (u64 values as decimal strings): stored
 {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size"}, removed
@@ -92,9 +96,24 @@ def health(address: str, service: str) -> None:
             emit({"healthy": r.healthy, "message": r.message})
 
 
+def generate(address: str, text: str) -> None:
+    with grpc.insecure_channel(address) as channel:
+        req = vllm_engine_pb2.GenerateRequest(request_id="warm-up", text=text,
+                                              sampling_params=vllm_engine_pb2.SamplingParams(max_tokens=1))
+        try:
+            n = sum(1 for _ in vllm_engine_pb2_grpc.VllmEngineStub(channel).Generate(req, timeout=10))
+        except grpc.RpcError as err:
+            emit({"code": err.code().name, "details": err.details()})
+            return
+        emit({"outputs": n})
+
+
 def main() -> None:
     if sys.argv[1] == "health":
         health(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "generate":
+        generate(sys.argv[2], sys.argv[3])
         return
     address, service, start, batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     metadata = [("authorization", f"Bearer {sys.argv[5]}")] if len(sys.argv) > 5 else None
