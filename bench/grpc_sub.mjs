@@ -4,11 +4,13 @@
 // skipped); prints "ready" once all streams are
 // open, then one JSON line when every subscriber has `batches` batches (or its stream ended).
 //
-//   node bench/grpc_sub.mjs ADDRESS SUBSCRIBERS BATCHES
+//   node bench/grpc_sub.mjs ADDRESS SUBSCRIBERS BATCHES [events]   (events: BATCHES counts events)
 import { credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
 import { subscribeDefinition } from '../dist/index.mjs';
 
 const [address, subscribers, batches] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
+/** With `events` after BATCHES, a subscriber is done after that many events instead of batches. */
+const byEvents = process.argv[5] === 'events';
 const Client = makeGenericClientConstructor(subscribeDefinition('vllm.grpc.engine.VllmEngine'), 'kv');
 
 function varint(buf, at) {
@@ -97,7 +99,7 @@ for (let k = 0; k < subscribers; k++) {
     s.batches++;
     s.events += events;
     s.last = now;
-    if (s.batches === batches) {
+    if ((byEvents ? s.events : s.batches) === batches) {
       call.cancel();
       client.close();
       finish();
