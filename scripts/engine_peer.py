@@ -14,7 +14,7 @@ commands from stdin, one per line, and answers each with one JSON line:
   {"op": "store", "rank": R, "hashes": [..], "parent": H | null, "per_batch": K}
         BlockStored events of the chain `hashes` (each block's parent the one before it), K blocks
         per batch (default: all in one batch); 16 tokens per block, all equal to the block's hash
-        modulo 2^31
+        modulo 2^31; with "chain": false each batch is a new root instead
   {"op": "remove", "rank": R, "hashes": [..]}
   {"op": "clear", "rank": R}
   {"op": "sync"}  waits until every batch published so far has been sent (and is replayable)
@@ -151,10 +151,12 @@ class Engine:
             hashes = [int(h) for h in cmd["hashes"]]
             parent = cmd.get("parent")
             per = int(cmd.get("per_batch") or len(hashes))
+            chain = cmd.get("chain", True)
             for i in range(0, len(hashes), per):
                 chunk = hashes[i : i + per]
                 self.batch(rank, [self.stored(chunk, parent)])
-                parent = chunk[-1]
+                if chain:
+                    parent = chunk[-1]
         elif op == "remove":
             self.batch(rank, [self.ev.BlockRemoved(block_hashes=[int(h) for h in cmd["hashes"]], medium="GPU")])
         elif op == "clear":

@@ -191,17 +191,37 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
   }, 60_000);
 
   it('fills the gaps of a burst from the engine’s replay, each batch applied once', async () => {
-    // Small send and receive HWMs on both ends: a 2,000-batch burst overflows them.
+    // Small send and receive HWMs on both ends: a 2,000-batch burst (one root block each)
+    // overflows them.
     const peer = await enginePeer(engine, '--hwm', '2');
     const { http } = await relay(engine, peer, '--engine-hwm', '2');
-    await peer.run({ op: 'store', hashes: range(1, 2000), parent: null, per_batch: 1 });
+    await peer.run({ op: 'store', hashes: range(1, 2000), parent: null, per_batch: 1, chain: false });
     await peer.run({ op: 'sync' });
-    const want = { 0: range(1, 2000) };
-    expect(await treeReaches(http, want)).toEqual(want);
-    const [rank] = await rankStats(http);
+    // Until the relay is at the engine's last seq with no fetch in progress and its tree is still.
+    let rank: Record<string, unknown> = {};
+    let got: Record<number, number[]> = {};
+    for (let i = 0, last = ''; i < 300; i++) {
+      [rank = {}] = await rankStats(http);
+      got = await blocksByRank(http);
+      const now = JSON.stringify([rank, got[0]?.length]);
+      if (rank.lastEngineSeq === 1999 && rank.fetching === false && now === last) break;
+      last = now;
+      await sleep(100);
+    }
     console.log(`${engine} burst into HWM 2: ${JSON.stringify(rank)}`);
-    expect(rank).toMatchObject({ applied: 2000, lastEngineSeq: 1999, unrecoverable: 0, restarts: 0, heldDropped: 0 });
-  }, 30_000);
+    expect(rank).toMatchObject({ lastEngineSeq: 1999, restarts: 0, heldDropped: 0 });
+    if (engine === 'vllm' || rank.unrecoverable === 0) {
+      // vLLM's replay ROUTER holds its whole buffer (HWM 2 x (buffer_steps + 1)): every gap fills.
+      expect(rank).toMatchObject({ applied: 2000, unrecoverable: 0 });
+      expect(got).toEqual({ 0: range(1, 2000) });
+    } else {
+      // SGLang's replay ROUTER keeps ZMQ's default HWM (1,000 messages) and drops the rest of a
+      // longer replay: the relay sees the hole, clears the rank and holds what follows it.
+      expect(rank.cleared as number).toBeGreaterThanOrEqual(1);
+      const held = got[0] ?? [];
+      expect(held).toEqual(range(2001 - held.length, held.length));
+    }
+  }, 60_000);
 
   it('without a replay socket, a relay that joins late clears the rank, counts it, and rebuilds from what follows', async () => {
     const peer = await enginePeer(engine, '--no-replay');

@@ -43,6 +43,8 @@ export interface RankStats extends FollowerCounters {
   connected: boolean;
   /** The last engine seq applied, or `null`. */
   lastEngineSeq: bigint | null;
+  /** A replay fetch is in progress (live batches are held meanwhile). */
+  fetching: boolean;
   /** Messages that were not `[topic, 8-byte seq, payload]`. */
   malformed: number;
   /** Payloads that did not decode (then the rank is cleared). */
@@ -264,6 +266,7 @@ export class EngineZmqSource implements EventSource {
       endpoint: l.endpoint,
       connected: l.connected,
       lastEngineSeq: l.follower.lastSeq,
+      fetching: l.follower.fetching,
       malformed: l.malformed,
       undecodable: l.undecodable,
       ...l.follower.counters,
