@@ -98,8 +98,10 @@ describe('per-consumer byte budgets', () => {
     expect(Number(node.status().replay_sessions)).toBe(0);
     expect(Number(node.status().replay_abandoned)).toBe(0);
     // At most 16 replays at once, each within its send budget; then the allocator is trimmed.
-    expect(peak).toBeLessThan(256 * MiB);
-    expect(after).toBeLessThan(64 * MiB);
+    // (Before: +1.5 GB that stayed. Alone this reads +95 to +150 MiB peak and +25 to +55 MiB
+    // after; with the rest of the suite on the same two vCPUs, up to +246 and +71 MiB.)
+    expect(peak).toBeLessThan(384 * MiB);
+    expect(after).toBeLessThan(128 * MiB);
   }, 120_000);
 
   it('a stalled live subscriber holds at most its HWM of batches, and the stream goes on', async () => {
