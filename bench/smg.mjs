@@ -140,7 +140,9 @@ async function snapshotFigures() {
     live_subscribers: SUBSCRIBERS,
     producer_events_per_sec: Math.round((LIVE_BATCHES * LIVE_EVENTS) / seconds),
     live_min_events_per_sec: Math.round(Math.min(...rates)),
-    live_all_events: live.subscribers.every((s) => s.events === LIVE_BATCHES * LIVE_EVENTS && s.gaps === 0 && s.status === null),
+    live_all_events: live.subscribers.every(
+      (s) => s.events === LIVE_BATCHES * LIVE_EVENTS && s.gaps === 0 && s.status === null,
+    ),
     max_queue_before: maxLagBefore,
     max_queue_during_snapshot: maxLagDuring,
   };

