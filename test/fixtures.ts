@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import type { ExtraKey, HashAlgo, HashBlocksOptions } from '../src/index.js';
+import type { ExtraKey, HashAlgo, HashBlocksOptions, KvEvent } from '../src/index.js';
 
 export function repoPath(rel: string): string {
   return fileURLToPath(new URL(`../${rel}`, import.meta.url));
@@ -141,3 +141,12 @@ export async function until(cond: () => boolean, what: string, ms = 30_000): Pro
     await sleep(50);
   }
 }
+
+/** A one-block stored event: hash `hash`, 16 tokens all equal to it, under `parent`. */
+export const storedBlock = (hash: number, parent: number | null): KvEvent => ({
+  type: 'stored',
+  blockHashes: [BigInt(hash)],
+  parentBlockHash: parent === null ? null : BigInt(parent),
+  tokenIds: new Uint32Array(16).fill(hash),
+  blockSize: 16,
+});

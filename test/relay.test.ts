@@ -2,8 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher } from 'zeromq';
-import { encodeBatch, type KvEvent, KvEventPublisher } from '../src/index.js';
-import { serveNode, sleep } from './fixtures.js';
+import { encodeBatch, KvEventPublisher } from '../src/index.js';
+import { serveNode, sleep, storedBlock as stored } from './fixtures.js';
 
 const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
@@ -26,14 +26,6 @@ async function enginePublisher(rank: number | null = null): Promise<KvEventPubli
   cleanup.push(() => pub.close());
   return pub;
 }
-
-const stored = (hash: number, parent: number | null): KvEvent => ({
-  type: 'stored',
-  blockHashes: [BigInt(hash)],
-  parentBlockHash: parent === null ? null : BigInt(parent),
-  tokenIds: new Uint32Array(16).fill(hash),
-  blockSize: 16,
-});
 
 /**
  * `kvplane serve --engine ENGINE` relaying `engineArgs`, with its HTTP server; its HTTP base URL

@@ -21,7 +21,7 @@ import {
   type KvGrpcServerOptions,
   rawMethod,
 } from '../src/index.js';
-import { FROM_SEQ_1, runGrpcPeer, sleep, until } from './fixtures.js';
+import { FROM_SEQ_1, runGrpcPeer, sleep, storedBlock as stored, until } from './fixtures.js';
 
 // SMG's side of a worker (docs/protocol.md#snapshots, #grpc-upstream): snapshots for a
 // subscriber from 0, OUT_OF_RANGE for an expired cursor, HealthCheck, and the engine's other RPCs
@@ -33,14 +33,6 @@ afterEach(async () => {
 });
 
 const VLLM = 'vllm.grpc.engine.VllmEngine';
-
-const stored = (hash: number, parent: number | null): KvEvent => ({
-  type: 'stored',
-  blockHashes: [BigInt(hash)],
-  parentBlockHash: parent === null ? null : BigInt(parent),
-  tokenIds: new Uint32Array(16).fill(hash),
-  blockSize: 16,
-});
 
 async function node(
   grpcOpts: Partial<KvGrpcServerOptions> = {},
