@@ -15,11 +15,13 @@ import {
 import { afterEach, describe, expect, it } from 'vitest';
 import {
   ENGINE_METHODS,
+  encodeSubscribeRequest,
   type KvEvent,
   KvEventPublisher,
   KvGrpcServer,
   type KvGrpcServerOptions,
   rawMethod,
+  subscribeDefinition,
 } from '../src/index.js';
 import { FROM_SEQ_1, runGrpcPeer, sleep, storedBlock as stored, until } from './fixtures.js';
 
@@ -158,6 +160,37 @@ describe('SubscribeKvEvents from 0: the index as snapshot chunks, then live', ()
         snapshot: { index: 0, count: 1, blocks: 0 },
       },
     ]);
+  }, 30_000);
+});
+
+describe('snapshots in progress are bounded', () => {
+  it('beyond maxSnapshots a subscriber from 0 is refused with UNAVAILABLE, and served once one ends', async () => {
+    const { pub, grpc, address } = await node({ maxSnapshots: 1, snapshotChunkBlocks: 256 });
+    // 200,000 blocks: about 14 MB of snapshot, far more than the stream's buffers and windows.
+    for (let b = 0; b < 200; b++) {
+      const blockHashes = Array.from({ length: 1000 }, (_, i) => BigInt(b * 1000 + i + 1));
+      const tokenIds = Uint32Array.from({ length: 16_000 }, (_, i) => b * 16_000 + i);
+      pub.publish([{ type: 'stored', blockHashes, parentBlockHash: null, tokenIds, blockSize: 16 }]);
+      await pub.flush();
+    }
+    // A subscriber that takes its first chunk and then stops reading: its snapshot stays in progress.
+    const Client = makeGenericClientConstructor(subscribeDefinition(VLLM), 'kv');
+    const client = new Client(address, credentials.createInsecure());
+    cleanup.push(() => client.close());
+    const stalled = (
+      client as unknown as Record<string, (r: Buffer) => ClientReadableStream<Buffer>>
+    ).SubscribeKvEvents?.(encodeSubscribeRequest(0n)) as ClientReadableStream<Buffer>;
+    stalled.on('error', () => {});
+    await new Promise<void>((r) => stalled.once('data', () => r()));
+    stalled.pause();
+    const busy = await runGrpcPeer([address, 'vllm', '0', '1']);
+    expect(busy.at(-1)).toMatchObject({ status: 'UNAVAILABLE' });
+    expect(String(busy.at(-1)?.details)).toContain('snapshots in progress');
+    expect(grpc.stats().subscribes).toMatchObject({ snapshot: 1, snapshotBusy: 1 });
+    stalled.cancel();
+    await until(() => grpc.stats().subscribers === 0, 'the stalled stream to end');
+    const served = (await runGrpcPeer([address, 'vllm', '0', '1'])).slice(1) as unknown as PeerBatch[];
+    expect(served[0]?.snapshot).toMatchObject({ index: 0, blocks: 200_000 });
   }, 30_000);
 });
 

@@ -33,6 +33,8 @@ export interface GrpcConfig {
   host: string;
   port: number;
   maxLagBatches?: number;
+  /** Snapshots in progress at once (default 4). */
+  maxSnapshots?: number;
   /** The engine's own gRPC server, HOST:PORT: RPCs kvplane does not serve are forwarded to it. */
   upstream?: string;
   /** Serve only this engine's service (`vllm`, `sglang`, `trtllm`, `tokenspeed`); default all. */
@@ -90,6 +92,7 @@ const GRPC_KEYS: Record<string, keyof GrpcConfig> = {
   host: 'host',
   port: 'port',
   max_lag_batches: 'maxLagBatches',
+  max_snapshots: 'maxSnapshots',
   upstream: 'upstream',
   engine: 'engine',
   tls_cert: 'tlsCert',

@@ -120,6 +120,10 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: 'batches a gRPC subscriber may fall behind before RESOURCE_EXHAUSTED (default 1024)',
     apply: (c, v) => (c.grpc = { ...grpcOf(c), maxLagBatches: int('grpc-max-lag', v) }),
   },
+  'grpc-max-snapshots': {
+    help: 'snapshots sent at once to subscribers from 0 (default 4; more wait with UNAVAILABLE)',
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), maxSnapshots: int('grpc-max-snapshots', v) }),
+  },
   'grpc-upstream': {
     help: "the engine's own gRPC server (HOST:PORT): every other RPC (Generate, GetModelInfo, ...) is forwarded to it, and HealthCheck while kvplane is healthy",
     apply: (c, v) => (c.grpc = { ...grpcOf(c), upstream: v }),

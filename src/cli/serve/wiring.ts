@@ -91,6 +91,7 @@ export async function startServe(
         host: c.grpc.host,
         port: c.grpc.port,
         maxLagBatches: c.grpc.maxLagBatches,
+        maxSnapshots: c.grpc.maxSnapshots,
         authToken,
         tls,
         upstream: c.grpc.upstream,

@@ -53,6 +53,11 @@ export interface KvGrpcServerOptions {
    */
   snapshotChunkBlocks?: number;
   /**
+   * Snapshots in progress at once (each holds a copy of the index until it is sent). A subscriber
+   * from 0 beyond them is refused with UNAVAILABLE and retries. Default 4.
+   */
+  maxSnapshots?: number;
+  /**
    * Engine services to register (`SubscribeKvEvents`, `HealthCheck` and, with `upstream`, every
    * other RPC). Default: all of `KV_EVENT_SERVICES`.
    */
@@ -73,6 +78,8 @@ export interface GrpcStats {
   subscribes: {
     /** From 0: the index's state as snapshot chunks, then live. */
     snapshot: number;
+    /** From 0 while `maxSnapshots` were in progress: refused with UNAVAILABLE. */
+    snapshotBusy: number;
     replay: number;
     expired: number;
     unimplemented: number;
@@ -92,6 +99,7 @@ export interface GrpcStats {
 
 const DEFAULT_MAX_LAG = 1024;
 const DEFAULT_SNAPSHOT_CHUNK_BLOCKS = 4096;
+const DEFAULT_MAX_SNAPSHOTS = 4;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
 
@@ -109,6 +117,8 @@ export class KvGrpcServer {
   readonly #token: string | undefined;
   readonly #maxLag: number;
   readonly #snapshotBlocks: number;
+  readonly #maxSnapshots: number;
+  #snapshots = 0;
   readonly #subscribers = new Set<Subscriber>();
   readonly #unlisten: () => void;
   readonly #upstream: GrpcUpstream | null;
@@ -119,6 +129,7 @@ export class KvGrpcServer {
     subscribers: 0,
     subscribes: {
       snapshot: 0,
+      snapshotBusy: 0,
       replay: 0,
       expired: 0,
       unimplemented: 0,
@@ -139,6 +150,10 @@ export class KvGrpcServer {
     this.#token = opts.authToken;
     this.#maxLag = opts.maxLagBatches ?? DEFAULT_MAX_LAG;
     this.#snapshotBlocks = opts.snapshotChunkBlocks ?? DEFAULT_SNAPSHOT_CHUNK_BLOCKS;
+    this.#maxSnapshots = opts.maxSnapshots ?? DEFAULT_MAX_SNAPSHOTS;
+    if (!Number.isInteger(this.#maxSnapshots) || this.#maxSnapshots < 1) {
+      throw new KvPlaneError('ERR_INVALID_ARG', `maxSnapshots must be a positive integer, got ${this.#maxSnapshots}`);
+    }
     if (!Number.isInteger(this.#snapshotBlocks) || this.#snapshotBlocks < 1) {
       throw new KvPlaneError(
         'ERR_INVALID_ARG',
@@ -342,6 +357,11 @@ export class KvGrpcServer {
       this.#refuse(call, status.OUT_OF_RANGE, cursor.message);
       return;
     }
+    if (cursor === null && this.#snapshots >= this.#maxSnapshots) {
+      counts.snapshotBusy++;
+      this.#refuse(call, status.UNAVAILABLE, `${this.#snapshots} snapshots in progress; subscribe again shortly`);
+      return;
+    }
     call.sendMetadata(this.#metadata());
     const sub = new Subscriber(call, cursor === null ? null : cursor.start, this.#maxLag, (s) => {
       this.#subscribers.delete(s);
@@ -351,10 +371,14 @@ export class KvGrpcServer {
     let snapshot: Promise<Snapshot | null> | undefined;
     if (cursor === null) {
       counts.snapshot++;
+      this.#snapshots++;
       snapshot = stream.indexer.snapshot(this.#snapshotBlocks);
     } else counts.replay++;
     sub
       .catchUp((from, max) => stream.indexer.replay(from, max, 'smg_proto'), snapshot)
+      .finally(() => {
+        if (snapshot) this.#snapshots--;
+      })
       .then(
         (caughtUp) => {
           if (!caughtUp)
