@@ -121,7 +121,7 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     apply: (c, v) => (c.grpc = { ...grpcOf(c), maxLagBatches: int('grpc-max-lag', v) }),
   },
   'grpc-max-snapshots': {
-    help: 'snapshots sent at once to subscribers from 0 (default 4; more wait with UNAVAILABLE)',
+    help: 'snapshots sent at once to subscribers from 0 (default 4; more wait their turn)',
     apply: (c, v) => (c.grpc = { ...grpcOf(c), maxSnapshots: int('grpc-max-snapshots', v) }),
   },
   'grpc-upstream': {

@@ -53,8 +53,9 @@ export interface KvGrpcServerOptions {
    */
   snapshotChunkBlocks?: number;
   /**
-   * Snapshots in progress at once (each holds a copy of the index until it is sent). A subscriber
-   * from 0 beyond them is refused with UNAVAILABLE and retries. Default 4.
+   * Snapshots in progress at once (each holds a copy of the index until it is sent and its
+   * subscriber has caught up). A subscriber from 0 beyond them waits, its stream open, until one
+   * ends. Default 4.
    */
   maxSnapshots?: number;
   /**
@@ -78,7 +79,7 @@ export interface GrpcStats {
   subscribes: {
     /** From 0: the index's state as snapshot chunks, then live. */
     snapshot: number;
-    /** From 0 while `maxSnapshots` were in progress: refused with UNAVAILABLE. */
+    /** From 0 while `maxSnapshots` were in progress: waited for one to end. */
     snapshotBusy: number;
     replay: number;
     expired: number;
@@ -119,6 +120,7 @@ export class KvGrpcServer {
   readonly #snapshotBlocks: number;
   readonly #maxSnapshots: number;
   #snapshots = 0;
+  readonly #snapshotQueue: Array<() => void> = [];
   readonly #subscribers = new Set<Subscriber>();
   readonly #unlisten: () => void;
   readonly #upstream: GrpcUpstream | null;
@@ -357,11 +359,6 @@ export class KvGrpcServer {
       this.#refuse(call, status.OUT_OF_RANGE, cursor.message);
       return;
     }
-    if (cursor === null && this.#snapshots >= this.#maxSnapshots) {
-      counts.snapshotBusy++;
-      this.#refuse(call, status.UNAVAILABLE, `${this.#snapshots} snapshots in progress; subscribe again shortly`);
-      return;
-    }
     call.sendMetadata(this.#metadata());
     const sub = new Subscriber(call, cursor === null ? null : cursor.start, this.#maxLag, (s) => {
       this.#subscribers.delete(s);
@@ -369,16 +366,19 @@ export class KvGrpcServer {
     });
     this.#subscribers.add(sub);
     let snapshot: Promise<Snapshot | null> | undefined;
+    let release = () => {};
     if (cursor === null) {
       counts.snapshot++;
-      this.#snapshots++;
-      snapshot = stream.indexer.snapshot(this.#snapshotBlocks);
+      // At most `maxSnapshots` at once, each holding a copy of the index: the rest wait their turn
+      // (their streams are open; live batches meanwhile are in the log).
+      snapshot = this.#snapshotSlot().then((done) => {
+        release = done;
+        return sub.done ? null : stream.indexer.snapshot(this.#snapshotBlocks);
+      });
     } else counts.replay++;
     sub
       .catchUp((from, max) => stream.indexer.replay(from, max, 'smg_proto'), snapshot)
-      .finally(() => {
-        if (snapshot) this.#snapshots--;
-      })
+      .finally(() => release())
       .then(
         (caughtUp) => {
           if (!caughtUp)
@@ -392,6 +392,32 @@ export class KvGrpcServer {
             metadata: this.#metadata(),
           }),
       );
+  }
+
+  /**
+   * Resolves with a release function once a snapshot may start. (A subscriber gone meanwhile
+   * takes no snapshot and releases its turn at once.)
+   */
+  #snapshotSlot(): Promise<() => void> {
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      this.#snapshots--;
+      const next = this.#snapshotQueue.shift();
+      next?.();
+    };
+    if (this.#snapshots < this.#maxSnapshots) {
+      this.#snapshots++;
+      return Promise.resolve(release);
+    }
+    this.#stats.subscribes.snapshotBusy++;
+    return new Promise((resolve) => {
+      this.#snapshotQueue.push(() => {
+        this.#snapshots++;
+        resolve(release);
+      });
+    });
   }
 
   #cutOff(
