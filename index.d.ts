@@ -85,9 +85,10 @@ export declare class NativeLocalIndexer {
   dumpTree(): Promise<RecoveryOut>
   /**
    * The index's state as SMG `KvSnapshotChunk` batches of at most `maxBlocks` blocks
-   * (docs/protocol.md#snapshots); `null` when nothing was published yet.
+   * (docs/protocol.md#snapshots); `null` when nothing was published yet. The chunks of rank
+   * `unknownRanks[i]` carry `unknown_before` = `unknownBefore[i]`.
    */
-  snapshot(maxBlocks: number, ts: number): Promise<SnapshotOut | null>
+  snapshot(maxBlocks: number, ts: number, unknownRanks: Array<number>, unknownBefore: BigUint64Array): Promise<SnapshotOut | null>
   stats(): IndexerStatsOut
   /** The newest seq (0 before the first batch). */
   get lastSeq(): bigint

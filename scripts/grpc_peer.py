@@ -15,7 +15,8 @@
       one vLLM Generate of TEXT (max_tokens 1) and print {"outputs": n} once the stream ends, or
       {"code": ..., "details": ...}.
 
-Snapshot chunks carry "snapshot": {"index", "count", "blocks"} as well.
+Snapshot chunks carry "snapshot": {"index", "count", "blocks"} as well ("unknown_before" when
+it is not 0).
 Events are printed in a compact normalized form (u64 values as decimal strings): stored
 {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size"}, removed
 {"type", "block_hashes"}, cleared {"type"}. Hashes are int64 on the wire; they print as u64.
@@ -132,6 +133,8 @@ def main() -> None:
                 if b.HasField("snapshot"):
                     out["snapshot"] = {"index": b.snapshot.index, "count": b.snapshot.count,
                                        "blocks": b.snapshot.blocks}
+                    if b.snapshot.unknown_before:
+                        out["snapshot"]["unknown_before"] = b.snapshot.unknown_before
                 emit(out)
                 if i + 1 >= batches:
                     call.cancel()

@@ -401,13 +401,16 @@ export class LocalIndexer {
   /**
    * The index's state for a gRPC subscriber without a usable cursor, at most `maxBlocks` blocks
    * per chunk (docs/protocol.md#snapshots), taken off the JS thread; `null` when nothing was
-   * published yet.
+   * published yet. `unknownBefore` gives, per DP rank, the engine batches before the relay's
+   * record of it that it never saw (`KvSnapshotChunk.unknown_before`).
    */
-  async snapshot(maxBlocks: number): Promise<Snapshot | null> {
+  async snapshot(maxBlocks: number, unknownBefore?: ReadonlyMap<number, bigint>): Promise<Snapshot | null> {
     if (!Number.isInteger(maxBlocks) || maxBlocks < 1 || maxBlocks > 0xffffffff) {
       invalidArg(`maxBlocks must be a positive integer, got ${maxBlocks}`);
     }
-    const s = await awaitNative(() => this.#native.snapshot(maxBlocks, Date.now() / 1000));
+    const ranks = [...(unknownBefore?.keys() ?? [])];
+    const counts = BigUint64Array.from(ranks, (r) => unknownBefore?.get(r) ?? 0n);
+    const s = await awaitNative(() => this.#native.snapshot(maxBlocks, Date.now() / 1000, ranks, counts));
     if (s === null) return null;
     const stream = s.chunks;
     async function* chunks(): AsyncGenerator<Buffer> {

@@ -61,6 +61,12 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
     const late = new RankFollower({ replay: false, firstSeq: 0n });
     expect(short(live(late, b(5)))).toEqual(['c:gap', 'a5']);
     expect(late.counters).toMatchObject({ unrecoverable: 1, cleared: 1, applied: 1 });
+    // Its record begins at seq 5: 5 engine batches before it were never seen.
+    expect(late.unknownBefore).toBe(5n);
+    expect(f.unknownBefore).toBe(2n); // rebuilt from seq 2 after the gap
+    // A restart joined from its first seq is whole again.
+    live(late, b(0));
+    expect(late.unknownBefore).toBe(0n);
   });
 
   it('a seq falling back is an engine restart: the rank is cleared and the new incarnation joined', () => {

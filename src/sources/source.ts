@@ -32,6 +32,11 @@ export interface EventSource {
   /** The source's own counters. */
   stats(): Record<string, unknown>;
   health(): SourceHealth;
+  /**
+   * Per DP rank, the engine batches before what the source delivered of it that it never saw
+   * (for snapshots' `unknown_before`); absent: the source always delivers everything.
+   */
+  unknownBefore?(): ReadonlyMap<number, bigint>;
 }
 
 /** Where relayed payloads go: a `KvEventStream` or a `KvEventPublisher`. */

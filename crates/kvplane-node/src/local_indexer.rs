@@ -376,15 +376,35 @@ impl NativeLocalIndexer {
   }
 
   /// The index's state as SMG `KvSnapshotChunk` batches of at most `maxBlocks` blocks
-  /// (docs/protocol.md#snapshots); `null` when nothing was published yet.
+  /// (docs/protocol.md#snapshots); `null` when nothing was published yet. The chunks of rank
+  /// `unknownRanks[i]` carry `unknown_before` = `unknownBefore[i]`.
   #[napi(ts_return_type = "Promise<SnapshotOut | null>")]
-  pub fn snapshot(&self, max_blocks: u32, ts: f64) -> Result<AsyncTask<Coded<Snapshot>>, Code> {
-    with(&self.inner, |_| Ok(())).map_err(to_js)?;
-    Ok(Coded::task(Snapshot {
-      inner: self.inner.clone(),
-      max_blocks: max_blocks as usize,
-      ts,
-    }))
+  pub fn snapshot(
+    &self,
+    max_blocks: u32,
+    ts: f64,
+    unknown_ranks: Vec<u32>,
+    unknown_before: BigUint64Array,
+  ) -> Result<AsyncTask<Coded<Snapshot>>, Code> {
+    guard_js(|| {
+      with(&self.inner, |_| Ok(()))?;
+      if unknown_ranks.len() != unknown_before.len() {
+        return Err(KvError::new(
+          ErrorCode::InvalidArg,
+          "unknownRanks and unknownBefore differ in length",
+        ));
+      }
+      let pairs = unknown_ranks
+        .into_iter()
+        .zip(unknown_before.iter().copied())
+        .collect();
+      Ok(Coded::task(Snapshot {
+        inner: self.inner.clone(),
+        max_blocks: max_blocks as usize,
+        ts,
+        unknown_before: pairs,
+      }))
+    })
   }
 
   #[napi]

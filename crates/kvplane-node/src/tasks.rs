@@ -230,6 +230,8 @@ pub struct Snapshot {
   pub inner: Shared,
   pub max_blocks: usize,
   pub ts: f64,
+  /// `(rank, batches)` for `KvSnapshotChunk.unknown_before`.
+  pub unknown_before: Vec<(u32, u64)>,
 }
 
 impl CoreWork for Snapshot {
@@ -241,7 +243,8 @@ impl CoreWork for Snapshot {
     Ok(match dump {
       Recovery::TreeDump {
         workers, last_seq, ..
-      } => SnapshotChunks::new(workers, last_seq, self.ts, self.max_blocks),
+      } => SnapshotChunks::new(workers, last_seq, self.ts, self.max_blocks)
+        .map(|s| s.with_unknown_before(std::mem::take(&mut self.unknown_before))),
       _ => None,
     })
   }

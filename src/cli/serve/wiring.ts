@@ -97,6 +97,7 @@ export async function startServe(
         upstream: c.grpc.upstream,
         services: c.grpc.engine === undefined ? undefined : [grpcService(c.grpc.engine)],
         health: () => nodeHealth(source, publisher),
+        unknownBefore: source.unknownBefore ? () => source.unknownBefore?.() ?? new Map() : undefined,
       });
     }
     if (c.http) {

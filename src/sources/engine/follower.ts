@@ -67,6 +67,10 @@ export class RankFollower {
   #fetch = 0;
   /** The last seq seen on the live socket: per incarnation it only grows, so one at or below it is a restart. */
   #lastLive: bigint | null = null;
+  /** Engine batches before the rank's current record that the relay never saw. */
+  #unknownBefore = 0n;
+  /** The rank was cleared (or is new): the next batch applied starts its record. */
+  #recordStarts = true;
 
   constructor(opts: FollowerOptions) {
     this.#opts = { maxHeld: 10_000, ...opts };
@@ -79,6 +83,15 @@ export class RankFollower {
 
   get fetching(): boolean {
     return this.#fetching;
+  }
+
+  /**
+   * Engine batches before what the relay holds of this rank that it never saw: 0 when its record
+   * reaches back to the engine's first seq (or a restart's), else the seq its record begins at
+   * (joined without replay, or rebuilt after a clear), counted from the engine's first seq.
+   */
+  get unknownBefore(): bigint {
+    return this.#unknownBefore;
   }
 
   /** A live batch. */
@@ -179,6 +192,10 @@ export class RankFollower {
   }
 
   #apply(batch: EngineBatch): FollowStep[] {
+    if (this.#recordStarts) {
+      this.#recordStarts = false;
+      this.#unknownBefore = batch.seq > this.#opts.firstSeq ? batch.seq - this.#opts.firstSeq : 0n;
+    }
     this.#next = batch.seq + 1n;
     this.counters.applied++;
     return [{ kind: 'apply', batch }];
@@ -193,6 +210,7 @@ export class RankFollower {
 
   #clear(reason: 'gap' | 'restart' | 'held_overflow' | 'undecodable'): FollowStep {
     this.counters.cleared++;
+    this.#recordStarts = true;
     return { kind: 'clear', reason };
   }
 }

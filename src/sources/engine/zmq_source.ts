@@ -61,7 +61,7 @@ class RankLink {
   /** The rank batches are published under; `null`: the payload's own (TensorRT-LLM). */
   readonly #relayRank: number | null;
   /** The ranks this subscription's state covers: what a clear clears. */
-  readonly #ranks: number[];
+  readonly ranks: readonly number[];
   readonly endpoint: string;
   readonly replayEndpoint: string | null;
   readonly follower: RankFollower;
@@ -86,7 +86,7 @@ class RankLink {
     this.#source = source;
     this.#sink = sink;
     this.rank = ranks[0] as number;
-    this.#ranks = ranks;
+    this.ranks = ranks;
     this.#relayRank = relayRank;
     this.endpoint = endpoint;
     this.replayEndpoint = replay;
@@ -156,8 +156,8 @@ class RankLink {
           this.#run(this.follower.lost());
         }
       } else if (step.kind === 'clear') {
-        for (const r of this.#ranks) this.#sink.clearRank(r);
-        this.#source.warn('rank cleared', { rank: this.#ranks.join(','), reason: step.reason });
+        for (const r of this.ranks) this.#sink.clearRank(r);
+        this.#source.warn('rank cleared', { rank: this.ranks.join(','), reason: step.reason });
       } else {
         const dealer = new Dealer({ linger: 0, receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000 });
         const done = this.#fetch(dealer, step.from, step.fetch).finally(() => this.#fetches.delete(dealer));
@@ -275,6 +275,13 @@ export class EngineZmqSource implements EventSource {
 
   stats(): Record<string, unknown> {
     return { ranks: this.ranks() };
+  }
+
+  /** Per DP rank, the engine batches before the relay's record of it that it never saw. */
+  unknownBefore(): Map<number, bigint> {
+    const out = new Map<number, bigint>();
+    for (const l of this.#links) for (const r of l.ranks) out.set(r, l.follower.unknownBefore);
+    return out;
   }
 
   health(): SourceHealth {

@@ -68,6 +68,12 @@ export interface KvGrpcServerOptions {
    * does not serve is forwarded to it, `HealthCheck` included while kvplane itself is healthy.
    */
   upstream?: string;
+  /**
+   * Per DP rank, the engine batches before the relay's record of it that it never saw, sent as
+   * `unknown_before` in snapshot chunks (a relay that joined an engine without replay). Default
+   * none.
+   */
+  unknownBefore?: () => ReadonlyMap<number, bigint>;
   /** kvplane's own health, for `HealthCheck`. Default: healthy unless the stream failed closed. */
   health?: () => { healthy: boolean; message: string };
 }
@@ -125,6 +131,7 @@ export class KvGrpcServer {
   readonly #unlisten: () => void;
   readonly #upstream: GrpcUpstream | null;
   readonly #health: () => { healthy: boolean; message: string };
+  readonly #unknownBefore: (() => ReadonlyMap<number, bigint>) | undefined;
   #port = 0;
   #closed = false;
   readonly #stats: GrpcStats = {
@@ -170,6 +177,7 @@ export class KvGrpcServer {
     }
     this.#upstream = opts.upstream ? new GrpcUpstream(opts.upstream) : null;
     this.#health = opts.health ?? (() => this.#ownHealth());
+    this.#unknownBefore = opts.unknownBefore;
     if (this.#stream) {
       this.#unlisten = this.#stream.consume('smg_proto', (b) => this.#fanOut(b));
     } else {
@@ -373,7 +381,7 @@ export class KvGrpcServer {
       // (their streams are open; live batches meanwhile are in the log).
       snapshot = this.#snapshotSlot().then((done) => {
         release = done;
-        return sub.done ? null : stream.indexer.snapshot(this.#snapshotBlocks);
+        return sub.done ? null : stream.indexer.snapshot(this.#snapshotBlocks, this.#unknownBefore?.());
       });
     } else counts.replay++;
     sub

@@ -30,6 +30,7 @@ const BATCH_SNAPSHOT: u32 = 7;
 const SNAPSHOT_INDEX: u32 = 1;
 const SNAPSHOT_COUNT: u32 = 2;
 const SNAPSHOT_BLOCKS: u32 = 3;
+const SNAPSHOT_UNKNOWN_BEFORE: u32 = 4;
 
 // `KvCacheEvent` (`stored`, `removed` and `cleared` are the `data` oneof)
 const EVENT_ID: u32 = 1;

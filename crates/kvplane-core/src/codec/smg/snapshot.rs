@@ -40,6 +40,8 @@ pub struct SnapshotChunks {
   last_seq: u64,
   ts: f64,
   blocks: u64,
+  /// Per DP rank: engine batches before the relay's record of that rank that it never saw.
+  unknown_before: Vec<(u32, u64)>,
   next: usize,
 }
 
@@ -78,8 +80,16 @@ impl SnapshotChunks {
       last_seq,
       ts,
       blocks,
+      unknown_before: Vec::new(),
       next: 0,
     })
+  }
+
+  /// Sets `unknown_before` per DP rank `(rank, batches)`: a rank's chunks then say how many of
+  /// its engine's batches came before what the relay recorded (0 when it saw them all).
+  pub fn with_unknown_before(mut self, unknown_before: Vec<(u32, u64)>) -> SnapshotChunks {
+    self.unknown_before = unknown_before;
+    self
   }
 
   /// Chunks in the snapshot.
@@ -139,6 +149,14 @@ impl SnapshotChunks {
         SNAPSHOT_BLOCKS,
         (self.blocks != 0).then_some(self.blocks),
       );
+      let unknown = dp_rank.and_then(|r| {
+        self
+          .unknown_before
+          .iter()
+          .find(|(rank, _)| *rank == r)
+          .map(|(_, n)| *n)
+      });
+      put_opt_varint(out, SNAPSHOT_UNKNOWN_BEFORE, unknown.filter(|&n| n != 0));
     });
     Some((seq, out))
   }
@@ -351,6 +369,35 @@ mod tests {
         assert_eq!(count, 15);
       }
     }
+  }
+
+  #[test]
+  fn unknown_before_is_set_per_rank() {
+    let mut s = SnapshotChunks::new(dump(), 100, 0.0, 4096)
+      .unwrap()
+      .with_unknown_before(vec![(1, 7)]);
+    let field = |bytes: &[u8]| {
+      let mut p = Reader::new(bytes);
+      while !p.done() {
+        let (f, w) = p.key().unwrap();
+        if f == BATCH_SNAPSHOT {
+          let mut q = Reader::new(p.bytes_field(w).unwrap());
+          while !q.done() {
+            let (g, w2) = q.key().unwrap();
+            let v = q.varint_field(w2).unwrap();
+            if g == SNAPSHOT_UNKNOWN_BEFORE {
+              return v;
+            }
+          }
+          return 0;
+        }
+        p.skip(w).unwrap();
+      }
+      0
+    };
+    let rank0 = s.next_chunk().unwrap().1;
+    let rank1 = s.next_chunk().unwrap().1;
+    assert_eq!((field(&rank0), field(&rank1)), (0, 7));
   }
 
   #[test]
