@@ -412,17 +412,14 @@ export class LocalIndexer {
     const counts = BigUint64Array.from(ranks, (r) => unknownBefore?.get(r) ?? 0n);
     const s = await awaitNative(() => this.#native.snapshot(maxBlocks, Date.now() / 1000, ranks, counts));
     if (s === null) return null;
-    const stream = s.chunks;
-    async function* chunks(): AsyncGenerator<Buffer> {
-      try {
-        for (let c = await awaitNative(() => stream.next()); c !== null; c = await awaitNative(() => stream.next())) {
-          yield c;
-        }
-      } finally {
-        stream.release();
-      }
-    }
-    return { lastSeq: s.lastSeq, count: s.count, blocks: s.blocks, chunks: chunks(), release: () => stream.release() };
+    const rest = s.chunks;
+    return {
+      lastSeq: s.lastSeq,
+      count: s.count,
+      blocks: s.blocks,
+      chunks: nativeChunks(rest),
+      release: () => rest.release(),
+    };
   }
 
   /** A consistent snapshot of the whole index as stored events, built off the JS thread. */
@@ -455,14 +452,19 @@ function chunked(r: NativeRecoverAnswer): RecoverChunks {
   const rest = r.rest ?? null;
   async function* chunks(): AsyncGenerator<Buffer> {
     yield r.body;
-    if (rest === null) return;
-    try {
-      for (let c = await awaitNative(() => rest.next()); c !== null; c = await awaitNative(() => rest.next())) yield c;
-    } finally {
-      rest.release();
-    }
+    if (rest !== null) yield* nativeChunks(rest);
   }
   return { kind: r.kind as Recovery['kind'], chunks: chunks(), release: () => rest?.release() };
+}
+
+/** The chunks a native encoder hands out one `next()` at a time, released when done or abandoned. */
+async function* nativeChunks(source: { next(): Promise<Buffer | null>; release(): void }): AsyncGenerator<Buffer> {
+  try {
+    for (let c = await awaitNative(() => source.next()); c !== null; c = await awaitNative(() => source.next()))
+      yield c;
+  } finally {
+    source.release();
+  }
 }
 
 async function joined(answer: RecoverChunks): Promise<RecoverAnswer> {

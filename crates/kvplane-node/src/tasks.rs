@@ -240,13 +240,11 @@ impl CoreWork for Snapshot {
 
   fn run(&mut self) -> KvResult<Self::Output> {
     let dump = with(&self.inner, |ix| Ok(ix.tree_dump()))?;
-    Ok(match dump {
-      Recovery::TreeDump {
-        workers, last_seq, ..
-      } => SnapshotChunks::new(workers, last_seq, self.ts, self.max_blocks)
-        .map(|s| s.with_unknown_before(std::mem::take(&mut self.unknown_before))),
-      _ => None,
-    })
+    let unknown_before = std::mem::take(&mut self.unknown_before);
+    Ok(
+      SnapshotChunks::of_dump(dump, self.ts, self.max_blocks)
+        .map(|s| s.with_unknown_before(unknown_before)),
+    )
   }
 
   fn output(output: Self::Output) -> Option<SnapshotOut> {

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { ZmqFormat } from '../../indexer.js';
 import { checkSourceName, SOURCES } from '../../sources/registry.js';
-import { ENGINE_SERVICE } from '../../transports/grpc/services.js';
 import { applyConfigFile, bad, grpcOf, SERVE_DEFAULTS, type ServeConfig } from './config.js';
 
 function int(name: string, v: string): number {
@@ -23,11 +22,6 @@ function bool(name: string, v: string): boolean {
 }
 
 /** Flags of `kvplane serve`, each with how it lands in the config. */
-function grpcEngine(v: string): string {
-  if (!(v in ENGINE_SERVICE)) bad(`--grpc-engine ${v}: one of ${Object.keys(ENGINE_SERVICE).join(', ')}`);
-  return v;
-}
-
 const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) => void }> = {
   engine: {
     help: `event source: ${Object.entries(SOURCES)
@@ -130,7 +124,7 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
   },
   'grpc-engine': {
     help: 'serve only this engine service: vllm, sglang, trtllm or tokenspeed (default all four)',
-    apply: (c, v) => (c.grpc = { ...grpcOf(c), engine: grpcEngine(v) }),
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), engine: v }),
   },
   'grpc-tls-cert': {
     help: 'PEM certificate chain: serve gRPC over TLS',

@@ -52,14 +52,12 @@ function readCurve(c: ServeConfig): ZmqCurveOptions | null {
 
 function grpcService(engine: string): string {
   const service = ENGINE_SERVICE[engine];
-  if (service === undefined) bad(`grpc engine ${engine}: one of ${Object.keys(ENGINE_SERVICE).join(', ')}`);
+  if (service === undefined) bad(`--grpc-engine ${engine}: one of ${Object.keys(ENGINE_SERVICE).join(', ')}`);
   return service;
 }
 
-/** What `HealthCheck` reports: unhealthy while the stream failed closed or the source is not ok. */
-function nodeHealth(source: EventSource, publisher: KvEventPublisher): { healthy: boolean; message: string } {
-  const failed = publisher.stream.failClosed[0];
-  if (failed) return { healthy: false, message: `KV events failed closed: ${failed.message}` };
+/** The source's part of `HealthCheck` (the server checks its own stream). */
+function sourceHealth(source: EventSource): { healthy: boolean; message: string } {
   const h = source.health();
   if (h.state !== 'ok') {
     return { healthy: false, message: `KV event source ${source.name}: ${h.state}${h.reason ? ` (${h.reason})` : ''}` };
@@ -96,7 +94,7 @@ export async function startServe(
         tls,
         upstream: c.grpc.upstream,
         services: c.grpc.engine === undefined ? undefined : [grpcService(c.grpc.engine)],
-        health: () => nodeHealth(source, publisher),
+        health: () => sourceHealth(source),
         unknownBefore: source.unknownBefore ? () => source.unknownBefore?.() ?? new Map() : undefined,
       });
     }

@@ -74,7 +74,10 @@ export interface KvGrpcServerOptions {
    * none.
    */
   unknownBefore?: () => ReadonlyMap<number, bigint>;
-  /** kvplane's own health, for `HealthCheck`. Default: healthy unless the stream failed closed. */
+  /**
+   * What else `HealthCheck` depends on (the node's source). The server is unhealthy anyway while
+   * its stream is closed or failed closed.
+   */
   health?: () => { healthy: boolean; message: string };
 }
 
@@ -176,7 +179,11 @@ export class KvGrpcServer {
       throw new KvPlaneError('ERR_INVALID_ARG', 'authToken must be a non-empty string');
     }
     this.#upstream = opts.upstream ? new GrpcUpstream(opts.upstream) : null;
-    this.#health = opts.health ?? (() => this.#ownHealth());
+    const extra = opts.health;
+    this.#health = () => {
+      const own = this.#ownHealth();
+      return own.healthy && extra ? extra() : own;
+    };
     this.#unknownBefore = opts.unknownBefore;
     if (this.#stream) {
       this.#unlisten = this.#stream.consume('smg_proto', (b) => this.#fanOut(b));
@@ -286,7 +293,7 @@ export class KvGrpcServer {
     if (stream === null) return { healthy: true, message: 'no KV event stream on this server' };
     if (stream.closed) return { healthy: false, message: 'the KV event stream is closed' };
     const failed = stream.failClosed[0];
-    if (failed) return { healthy: false, message: failed.message };
+    if (failed) return { healthy: false, message: `KV events failed closed: ${failed.message}` };
     return { healthy: true, message: '' };
   }
 

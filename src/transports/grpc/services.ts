@@ -58,17 +58,7 @@ export function encodeHealthResponse(service: string, healthy: boolean, message:
  * every subscriber.
  */
 export function subscribeDefinition(service: string): ServiceDefinition {
-  return {
-    SubscribeKvEvents: {
-      path: subscribePath(service),
-      requestStream: false,
-      responseStream: true,
-      requestSerialize: raw,
-      requestDeserialize: raw,
-      responseSerialize: raw,
-      responseDeserialize: raw,
-    },
-  };
+  return { SubscribeKvEvents: rawMethod(subscribePath(service), false, true) };
 }
 
 /** SMG's `SubscribeKvEventsRequest` bytes for a start seq (0 = live from now). */

@@ -75,8 +75,9 @@ export class Subscriber {
 
   /**
    * Sends `snapshot`'s chunks when given, then the log from the subscription's start seq (or the
-   * seq after the snapshot) up to its end, as fast as the peer reads, then turns live. `read` returns logged batches from a seq (at most `max`, the oldest retained when
-   * that seq is gone), as `KvEventBatch` bytes. Resolves `false` if the peer fell so far behind
+   * seq after the snapshot) up to its end, as fast as the peer reads, then turns live. `read`
+   * returns logged batches from a seq (at most `max`, the oldest retained when that seq is gone),
+   * as `KvEventBatch` bytes. Resolves `false` if the peer fell so far behind
    * that the log no longer holds the seq it needs (the caller ends the stream).
    */
   async catchUp(
@@ -95,7 +96,7 @@ export class Subscriber {
           for await (const chunk of snap.chunks) {
             if (this.done) break;
             this.#enqueue(seq++, chunk);
-            if (this.#blocked) await new Promise<void>((resolve) => (this.#drained = resolve));
+            await this.#drain();
           }
         } finally {
           snap.release();
@@ -108,7 +109,7 @@ export class Subscriber {
         // (No seq yet: a snapshot of nothing; the log's first batch is where this peer begins.)
         if ((got.seqs[0] as bigint) > from && this.#next !== null) return false;
         for (let i = 0; i < got.seqs.length; i++) this.#enqueue(got.seqs[i] as bigint, got.payloads[i] as Buffer);
-        if (this.#blocked) await new Promise<void>((resolve) => (this.#drained = resolve));
+        await this.#drain();
       }
       return true;
     } finally {
@@ -130,6 +131,11 @@ export class Subscriber {
     if (this.done) return;
     this.#ending = status;
     this.#pump();
+  }
+
+  /** Resolves once the stream takes more (at once when it is not above its high-water mark). */
+  async #drain(): Promise<void> {
+    if (this.#blocked) await new Promise<void>((resolve) => (this.#drained = resolve));
   }
 
   #enqueue(seq: bigint, bytes: Buffer): void {

@@ -2,6 +2,7 @@ import {
   Client,
   type ClientDuplexStream,
   type ClientReadableStream,
+  type ClientUnaryCall,
   credentials,
   type Metadata,
   type ServerDuplexStream,
@@ -61,19 +62,9 @@ export class GrpcUpstream {
   }
 
   #unary(path: string, call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void {
-    const answer = answered(callback);
-    const up = this.#client.makeUnaryRequest(
-      path,
-      raw,
-      raw,
-      call.request,
-      forwarded(call.metadata),
-      { deadline: call.getDeadline() },
-      answer.reply,
-    );
-    up.on('metadata', (md: Metadata) => call.sendMetadata(md));
-    up.on('status', answer.status);
-    call.on('cancelled', () => up.cancel());
+    const answer = answered(call, callback);
+    const md = forwarded(call.metadata);
+    answer.follow(this.#client.makeUnaryRequest(path, raw, raw, call.request, md, answer.options, answer.reply));
   }
 
   #serverStream(path: string, call: ServerWritableStream<Buffer, Buffer>): void {
@@ -84,19 +75,11 @@ export class GrpcUpstream {
   }
 
   #clientStream(path: string, call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void {
-    const answer = answered(callback);
-    const up = this.#client.makeClientStreamRequest(
-      path,
-      raw,
-      raw,
-      forwarded(call.metadata),
-      { deadline: call.getDeadline() },
-      answer.reply,
-    );
-    up.on('metadata', (md: Metadata) => call.sendMetadata(md));
-    up.on('status', answer.status);
+    const answer = answered(call, callback);
+    const md = forwarded(call.metadata);
+    const up = this.#client.makeClientStreamRequest(path, raw, raw, md, answer.options, answer.reply);
+    answer.follow(up);
     pipeUp(call, up);
-    call.on('cancelled', () => up.cancel());
   }
 
   #bidi(path: string, call: ServerDuplexStream<Buffer, Buffer>): void {
@@ -109,12 +92,18 @@ export class GrpcUpstream {
 }
 
 /**
- * A single-response call's answer: the engine's reply and its status (with the trailers) come
- * separately, in either order; the caller gets both at once.
+ * A single-response call forwarded: the caller's deadline goes to the engine (`options`), the
+ * engine's headers come back, a cancelled caller cancels it (`follow`), and the engine's reply and
+ * its status (with the trailers), which arrive separately in either order, reach the caller at
+ * once.
  */
-function answered(callback: sendUnaryData<Buffer>): {
+function answered(
+  call: ServerUnaryCall<Buffer, Buffer> | ServerReadableStream<Buffer, Buffer>,
+  callback: sendUnaryData<Buffer>,
+): {
+  options: { deadline: ReturnType<typeof call.getDeadline> };
   reply: (err: ServiceError | null, reply?: Buffer) => void;
-  status: (s: StatusObject) => void;
+  follow: (up: ClientUnaryCall) => void;
 } {
   let result: { err: ServiceError | null; reply?: Buffer } | undefined;
   let trailers: Metadata | undefined;
@@ -126,13 +115,18 @@ function answered(callback: sendUnaryData<Buffer>): {
     else callback(null, result.reply, trailers);
   };
   return {
+    options: { deadline: call.getDeadline() },
     reply: (err, reply) => {
       result = { err, reply };
       finish();
     },
-    status: (s) => {
-      trailers = s.metadata;
-      finish();
+    follow: (up) => {
+      up.on('metadata', (md: Metadata) => call.sendMetadata(md));
+      up.on('status', (s: StatusObject) => {
+        trailers = s.metadata;
+        finish();
+      });
+      call.on('cancelled', () => up.cancel());
     },
   };
 }

@@ -20,6 +20,19 @@ pub fn encode_batch<'a>(
   events: impl EventRefs<'a>,
   out: &mut Vec<u8>,
 ) {
+  put_batch_head(seq, ts, out);
+  let first_id = (seq & 0xffff_ffff) << 32;
+  let published = events.filter(|e| e.is_published());
+  for (event_id, e) in (first_id..).zip(published) {
+    put_len_delimited(out, BATCH_EVENTS, |out| {
+      encode_event_with_id(&e, event_id, out)
+    });
+  }
+  put_dp_rank(dp_rank, out);
+}
+
+/// A `KvEventBatch`'s `sequence_number` and `timestamp` (each left out when 0).
+pub(super) fn put_batch_head(seq: u64, ts: f64, out: &mut Vec<u8>) {
   if seq != 0 {
     put_key(out, BATCH_SEQUENCE_NUMBER, VARINT);
     put_varint(out, seq);
@@ -28,13 +41,10 @@ pub fn encode_batch<'a>(
     put_key(out, BATCH_TIMESTAMP, I64);
     out.extend_from_slice(&ts.to_le_bytes());
   }
-  let first_id = (seq & 0xffff_ffff) << 32;
-  let published = events.filter(|e| e.is_published());
-  for (event_id, e) in (first_id..).zip(published) {
-    put_len_delimited(out, BATCH_EVENTS, |out| {
-      encode_event_with_id(&e, event_id, out)
-    });
-  }
+}
+
+/// A `KvEventBatch`'s `dp_rank`, when it has one.
+pub(super) fn put_dp_rank(dp_rank: Option<i32>, out: &mut Vec<u8>) {
   if let Some(r) = dp_rank {
     put_key(out, BATCH_DP_RANK, VARINT);
     put_varint(out, r as i64 as u64);

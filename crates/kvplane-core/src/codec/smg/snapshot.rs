@@ -9,11 +9,12 @@
 //! `last_seq - count + 1 ..= last_seq`, so the live stream continues at `last_seq + 1` with no gap
 //! and no duplicate. Synthesized events have `event_id` 0. Chunks are encoded one at a time.
 
-use super::encode::encode_event_with_id;
+use super::encode::{encode_event_with_id, put_batch_head, put_dp_rank};
 use super::*;
-use crate::codec::protobuf::{put_key, put_len_delimited, put_opt_varint, put_varint, I64, VARINT};
+use crate::codec::protobuf::{put_len_delimited, put_opt_varint};
 use crate::event::{EventRef, StoredEvent, StoredView};
 use crate::index::WorkerDump;
+use crate::stream::Recovery;
 
 /// Blocks per chunk by default: about 200 KB of protobuf with 16-token blocks, far below the
 /// 4 MiB a gRPC client takes in one message by default.
@@ -85,6 +86,17 @@ impl SnapshotChunks {
     })
   }
 
+  /// The snapshot of a tree dump (`Recovery::TreeDump`, taken with the seq it reflects); `None`
+  /// for any other answer, or as `new` says.
+  pub fn of_dump(dump: Recovery, ts: f64, max_blocks: usize) -> Option<SnapshotChunks> {
+    match dump {
+      Recovery::TreeDump {
+        workers, last_seq, ..
+      } => SnapshotChunks::new(workers, last_seq, ts, max_blocks),
+      _ => None,
+    }
+  }
+
   /// Sets `unknown_before` per DP rank `(rank, batches)`: a rank's chunks then say how many of
   /// its engine's batches came before what the relay recorded (0 when it saw them all).
   pub fn with_unknown_before(mut self, unknown_before: Vec<(u32, u64)>) -> SnapshotChunks {
@@ -115,12 +127,7 @@ impl SnapshotChunks {
     let count = self.spans.len() as u64;
     let seq = self.last_seq - count + 1 + index;
     let mut out = Vec::new();
-    put_key(&mut out, BATCH_SEQUENCE_NUMBER, VARINT);
-    put_varint(&mut out, seq);
-    if self.ts.to_bits() != 0 {
-      put_key(&mut out, BATCH_TIMESTAMP, I64);
-      out.extend_from_slice(&self.ts.to_le_bytes());
-    }
+    put_batch_head(seq, self.ts, &mut out);
     if span.first {
       put_len_delimited(&mut out, BATCH_EVENTS, |out| {
         encode_event_with_id(&EventRef::Cleared, 0, out)
@@ -137,10 +144,7 @@ impl SnapshotChunks {
         });
       });
     }
-    if let Some(r) = dp_rank {
-      put_key(&mut out, BATCH_DP_RANK, VARINT);
-      put_varint(&mut out, r as i32 as i64 as u64);
-    }
+    put_dp_rank(dp_rank.map(|r| r as i32), &mut out);
     put_len_delimited(&mut out, BATCH_SNAPSHOT, |out| {
       put_opt_varint(out, SNAPSHOT_INDEX, (index != 0).then_some(index));
       put_opt_varint(out, SNAPSHOT_COUNT, Some(count));
