@@ -95,7 +95,7 @@ export async function startServe(
         upstream: c.grpc.upstream,
         services: c.grpc.engine === undefined ? undefined : [grpcService(c.grpc.engine)],
         health: () => sourceHealth(source),
-        unknownBefore: source.unknownBefore ? () => source.unknownBefore?.() ?? new Map() : undefined,
+        unknownBefore: source.unknownBefore?.bind(source),
       });
     }
     if (c.http) {
