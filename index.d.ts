@@ -28,11 +28,12 @@ export declare class NativeLocalIndexer {
   /** Decodes and applies an encoded payload in one call (no JS object per event). */
   applyEncoded(bytes: Uint8Array, dialect: string): EncodedApplyOut
   /**
-   * Relays an engine's payload: decoded, applied, encoded once per format and logged in Rust,
-   * published under the next seqs (no JS object per event), under DP rank `dp_rank`, or the
-   * payload's own ranks when it is null.
+   * Relays an engine's consecutive payloads: decoded, applied, encoded once per format and
+   * logged in Rust, published under the next seqs (no JS object per event), consecutive batches
+   * of one rank as one (the core's `relay_coalesced`), under DP rank `dp_rank`, or the payloads'
+   * own ranks when it is null.
    */
-  relayEncoded(bytes: Uint8Array, dialect: string, dpRank?: number | undefined | null): PublishedOut
+  relayCoalesced(payloads: Array<Buffer>, dialect: string, dpRank?: number | undefined | null): PublishedOut
   /**
    * `relay_encoded` for a payload whose events carry the engine's event ids (TensorRT-LLM's
    * JSON drain): `ranks[i]` expects event id `next_ids[i]` next; a batch that does not follow is

@@ -15,7 +15,9 @@
 // (events/s) sets the latency step's rate for all three instead.
 //
 //   node bench/relay.mjs [--seconds 10] [--events 32] [--only direct|kvplane|python] [--half-rate N]
+//                        [--coalesce N] [--no-grpc] [--spin]
 import { spawn } from 'node:child_process';
+import { createWriteStream } from 'node:fs';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { Publisher, Subscriber } from 'zeromq';
@@ -27,6 +29,10 @@ const seconds = Number(flag('--seconds', '10'));
 const only = flag('--only', null);
 const halfRateFlag = flag('--half-rate', null);
 const halfRate = halfRateFlag === null ? null : Number(halfRateFlag);
+/** The closed loop waits for the relay by spinning on setImmediate (see the wait below). */
+const spin = args.includes('--spin');
+/** kvplane's --engine-coalesce (default: the relay's own). */
+const coalesce = flag('--coalesce', null);
 /** Events per engine batch: half single-block stores (chains of 4), half removals. */
 const EVENTS = Number(flag('--events', '32'));
 const STORES = EVENTS / 2;
@@ -95,6 +101,18 @@ function lines(proc) {
 /** Starts a relay; returns its output endpoint, extra processes and a stop function. */
 async function startRelay(kind, engineEndpoint) {
   if (kind === 'direct') return { endpoint: engineEndpoint, async stop() {} };
+  if (kind === 'forward') {
+    const proc = spawn(process.execPath, ['bench/zmq_forward.mjs', engineEndpoint]);
+    proc.stderr.pipe(process.stderr);
+    const { endpoint } = JSON.parse(await lines(proc).until((l) => l.includes('endpoint'), 'the forwarder'));
+    return {
+      endpoint,
+      async stop() {
+        proc.kill('SIGTERM');
+        await new Promise((r) => proc.on('exit', r));
+      },
+    };
+  }
   if (kind === 'kvplane') {
     const grpcPort = await freePort();
     const proc = spawn(process.execPath, [
@@ -120,8 +138,11 @@ async function startRelay(kind, engineEndpoint) {
       '100000',
       '--status-interval',
       '60',
+      ...(coalesce === null ? [] : ['--engine-coalesce', coalesce]),
     ]);
     proc.stderr.pipe(process.stderr);
+    // e.g. KVPLANE_BENCH_RELAY_LOG=/tmp/relay.log with --trace-gc: the relay's stdout, kept
+    if (process.env.KVPLANE_BENCH_RELAY_LOG) proc.stdout.pipe(createWriteStream(process.env.KVPLANE_BENCH_RELAY_LOG));
     const out = lines(proc);
     const serving = JSON.parse(await out.until((l) => l.includes('"serving"'), 'kvplane serve'));
     // One gRPC subscriber, live, in its own process: it reads every batch the relay publishes
@@ -160,6 +181,15 @@ async function startRelay(kind, engineEndpoint) {
   };
 }
 
+/** Events in a vLLM-format batch `[ts, events, ...]`: the array header after the 8-byte ts. */
+function eventsIn(payload) {
+  const h = payload[10];
+  if ((h & 0xf0) === 0x90) return h & 0x0f;
+  if (h === 0xdc) return payload.readUInt16BE(11);
+  if (h === 0xdd) return payload.readUInt32BE(11);
+  throw new Error(`unexpected events header 0x${h.toString(16)}`);
+}
+
 /** Percentile of sorted numbers. */
 const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 
@@ -172,15 +202,22 @@ async function measure(kind, batches, halfRate) {
   sub.subscribe();
   await sleep(1000);
 
+  // Counted in engine batches' worth of events: kvplane relays engine batches that were waiting
+  // together as one (--engine-coalesce), under the oldest one's ts, so each event of it is
+  // counted with the oldest one's latency.
   let received = 0;
   let latencies = null;
+  /** Wakes the sender when batches arrive (it waits there while its window is full). */
+  let progress = () => {};
   const reading = (async () => {
     for await (const [, , payload] of sub) {
-      if (payload.length < 10 || payload[1] !== 0xcb) continue;
+      if (payload.length < 12 || payload[1] !== 0xcb) continue;
       const ts = payload.readDoubleBE(2);
       if (ts < 1e9) continue; // not a batch of this run (the relay's opening clears)
-      received++;
-      if (latencies) latencies.push((now() - ts) * 1000);
+      const n = eventsIn(payload) / EVENTS;
+      received += n;
+      progress();
+      if (latencies) for (let i = 0; i < n; i++) latencies.push((now() - ts) * 1000);
     }
   })().catch(() => {});
 
@@ -200,7 +237,13 @@ async function measure(kind, batches, halfRate) {
   const t0 = performance.now();
   while (performance.now() - t0 < seconds * 1000) {
     if (sent - (received - base) >= WINDOW) {
-      await new Promise((r) => setImmediate(r));
+      // Wait for the relay without spinning (this process shares the machine with it), unless
+      // --spin: then the idle loop keeps a core busy, as this bench did before 2026-11-25.
+      await new Promise((r) => {
+        if (spin) return setImmediate(r);
+        progress = r;
+        setTimeout(r, 50);
+      });
       continue;
     }
     await send();
@@ -249,9 +292,11 @@ async function measure(kind, batches, halfRate) {
 
 const batches = workload();
 const results = {};
-for (const kind of ['python', 'kvplane', 'direct']) {
+for (const kind of ['python', 'kvplane', 'direct', 'forward']) {
   if (only && only !== kind) continue;
-  const rate = halfRate ?? (kind === 'direct' && results.kvplane ? results.kvplane.top_events_per_sec / 2 : null);
+  const rate =
+    halfRate ??
+    (['direct', 'forward'].includes(kind) && results.kvplane ? results.kvplane.top_events_per_sec / 2 : null);
   const r = await measure(kind, batches, rate);
   console.log(JSON.stringify(r));
   results[kind] = r;

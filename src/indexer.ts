@@ -324,17 +324,18 @@ export class LocalIndexer {
   }
 
   /**
-   * Relays an engine's payload from DP rank `dpRank`: decoded, applied, encoded once per format
-   * and logged in Rust, published under the next seqs and that rank. Used by `KvEventStream.relay`.
+   * Relays an engine's consecutive payloads from DP rank `dpRank`: decoded, applied, encoded once
+   * per format and logged in Rust, consecutive batches of one rank published as one under the
+   * next seq. Used by `KvEventStream.relay`.
    * @internal
    */
-  relayEncoded(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): native.PublishedOut {
-    const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    return callNative(() => this.#native.relayEncoded(buf, dialect, dpRank));
+  relayCoalesced(payloads: readonly Uint8Array[], dialect: Dialect, dpRank: number | null): native.PublishedOut {
+    const bufs = payloads.map((b) => (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)));
+    return callNative(() => this.#native.relayCoalesced(bufs, dialect, dpRank));
   }
 
   /**
-   * `relayEncoded` for a payload whose events carry the engine's event ids, under the payload's
+   * `relayCoalesced` for a payload whose events carry the engine's event ids, under the payload's
    * ranks: `ranks[i]` expects id `nextIds[i]` next, and a batch that does not follow is preceded
    * by a clear of its rank. Used by `KvEventStream.relayWithEventIds`.
    * @internal

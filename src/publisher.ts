@@ -179,10 +179,9 @@ export class KvEventPublisher {
     return this.stream.dataParallelRank;
   }
 
-  /** Enqueues events; returns how many were accepted (the rest were dropped and counted). */
-  /** `KvEventStream.relay`: an engine's encoded payload from DP rank `dpRank`, relayed at once. */
-  relay(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): number {
-    return this.stream.relay(bytes, dialect, dpRank);
+  /** `KvEventStream.relay`: an engine's encoded payloads from DP rank `dpRank`, relayed at once. */
+  relay(payloads: Uint8Array | readonly Uint8Array[], dialect: Dialect, dpRank: number | null): number {
+    return this.stream.relay(payloads, dialect, dpRank);
   }
 
   /** `KvEventStream.relayWithEventIds`: a TensorRT-LLM JSON drain, with event-id continuity per rank. */
@@ -199,6 +198,7 @@ export class KvEventPublisher {
     this.stream.clearRank(dpRank);
   }
 
+  /** Enqueues events; returns how many were accepted (the rest were dropped and counted). */
   publish(events: readonly KvEvent[]): number {
     return this.#open().publish(events);
   }

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
-import { repoPath, runGrpcPeer, type ServeNode, serveNode, sleep } from './fixtures.js';
+import { relayed, repoPath, runGrpcPeer, type ServeNode, serveNode, sleep } from './fixtures.js';
 
 // The engines' own publishers (scripts/engine_peer.py: vLLM's and SGLang's ZmqEventPublisher and
 // event structs from their wheels) relayed by `kvplane serve --engine vllm|sglang`.
@@ -109,28 +109,6 @@ async function treeReaches(http: string, want: Record<number, number[]>): Promis
     await sleep(100);
   }
   return got;
-}
-
-interface RecoveredBatch {
-  seq: number;
-  dp_rank: number | null;
-  events: Array<{ type: string; block_hashes?: number[] }>;
-}
-
-/** Every batch the relay has published so far, from its own log (`/kv_recover` Events). */
-async function relayed(http: string): Promise<RecoveredBatch[]> {
-  const out: RecoveredBatch[] = [];
-  const health = (await (await fetch(`${http}/healthz`)).json()) as { oldest_seq: number };
-  let start = health.oldest_seq;
-  for (;;) {
-    const res = (await (await fetch(`${http}/kv_recover?start=${start}`)).json()) as {
-      Events?: { batches: RecoveredBatch[]; next_start?: number };
-    };
-    if (res.Events === undefined) throw new Error(`kv_recover?start=${start}: ${JSON.stringify(res)}`);
-    out.push(...res.Events.batches);
-    if (res.Events.next_start === undefined) return out;
-    start = res.Events.next_start;
-  }
 }
 
 describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the engine’s own publisher', (engine) => {
@@ -241,10 +219,10 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
     expect(await treeReaches(http, { 0: [4, 5] })).toEqual({ 0: [4, 5] });
     const [rank] = await rankStats(http);
     expect(rank).toMatchObject({ lastEngineSeq: 4, unrecoverable: 1, cleared: 1, applied: 2 });
-    const types = (await relayed(http)).map((b) => [
-      b.dp_rank,
-      ...b.events.map((e) => `${e.type}${e.block_hashes ?? ''}`),
-    ]);
+    // Per event, with its batch's rank (engine batches that arrive together go on as one).
+    const types = (await relayed(http)).flatMap((b) =>
+      b.events.map((e) => [b.dp_rank, `${e.type}${e.block_hashes ?? ''}`]),
+    );
     expect(types).toEqual([
       [null, 'AllBlocksCleared'],
       [0, 'AllBlocksCleared'], // as the relay starts

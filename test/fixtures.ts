@@ -150,3 +150,26 @@ export const storedBlock = (hash: number, parent: number | null): KvEvent => ({
   tokenIds: new Uint32Array(16).fill(hash),
   blockSize: 16,
 });
+
+export interface RecoveredBatch {
+  seq: number;
+  ts: number;
+  dp_rank: number | null;
+  events: Array<{ type: string; block_hashes?: number[] }>;
+}
+
+/** Every batch the relay has published so far, from its own log (`/kv_recover` Events). */
+export async function relayed(http: string): Promise<RecoveredBatch[]> {
+  const out: RecoveredBatch[] = [];
+  const health = (await (await fetch(`${http}/healthz`)).json()) as { oldest_seq: number };
+  let start = health.oldest_seq;
+  for (;;) {
+    const res = (await (await fetch(`${http}/kv_recover?start=${start}`)).json()) as {
+      Events?: { batches: RecoveredBatch[]; next_start?: number };
+    };
+    if (res.Events === undefined) throw new Error(`kv_recover?start=${start}: ${JSON.stringify(res)}`);
+    out.push(...res.Events.batches);
+    if (res.Events.next_start === undefined) return out;
+    start = res.Events.next_start;
+  }
+}

@@ -3,7 +3,7 @@ import { createServer } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher } from 'zeromq';
 import { encodeBatch, KvEventPublisher } from '../src/index.js';
-import { serveNode, sleep, storedBlock as stored } from './fixtures.js';
+import { relayed, serveNode, sleep, storedBlock as stored } from './fixtures.js';
 
 const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
@@ -150,6 +150,52 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     const metrics = await (await fetch(`${http}/metrics`)).text();
     expect(metrics).toMatch(/^kvplane_engine_rank_total\{source="vllm",rank="0",what="malformed"\} 3$/m);
     expect(metrics).toMatch(/^kvplane_engine_rank_connected\{source="vllm",rank="0"\} 1$/m);
+  }, 30_000);
+
+  it('relays engine batches that arrive together as one batch (--engine-coalesce), each event once, in order', async () => {
+    const seq = (n: number) => {
+      const b = Buffer.alloc(8);
+      b.writeBigUInt64BE(BigInt(n));
+      return b;
+    };
+    // Engine batch i (from 0) stores block i + 1 under ts i + 1.
+    const batch = (i: number) =>
+      encodeBatch({ seq: 0n, ts: i + 1, dpRank: null, events: [stored(i + 1, null)] }, 'vllm');
+    for (const coalesce of [64, 1]) {
+      const engine = new Publisher({ linger: 0, sendHighWaterMark: 0 });
+      cleanup.push(() => engine.close());
+      await engine.bind('tcp://127.0.0.1:*');
+      const { http } = await relayNode([
+        '--engine',
+        'vllm',
+        '--engine-endpoint',
+        engine.lastEndpoint as string,
+        '--engine-coalesce',
+        String(coalesce),
+      ]);
+      // Sent at once: they wait together at the relay's socket.
+      for (let i = 0; i < 300; i++) await engine.send([Buffer.alloc(0), seq(i), batch(i)]);
+      let out = await relayed(http);
+      for (let i = 0; i < 100 && out.flatMap((b) => b.events).length < 302; i++) {
+        await sleep(50);
+        out = await relayed(http);
+      }
+      // The opening clears (the stream's, then the rank's), then blocks 1..300 in order.
+      const stores = out.slice(2);
+      expect(out.slice(0, 2).map((b) => b.events[0]?.type)).toEqual(['AllBlocksCleared', 'AllBlocksCleared']);
+      expect(stores.flatMap((b) => b.events.flatMap((e) => e.block_hashes))).toEqual(
+        Array.from({ length: 300 }, (_, i) => i + 1),
+      );
+      // Seqs follow one another; each batch carries the rank and its first engine batch's ts.
+      expect(stores.map((b) => b.seq - (out[1]?.seq as number))).toEqual(stores.map((_, i) => i + 1));
+      for (const b of stores) {
+        expect(b.dp_rank).toBe(0);
+        expect(b.ts).toBe(b.events[0]?.block_hashes?.[0]);
+        expect(b.events.length).toBeLessThanOrEqual(coalesce);
+      }
+      if (coalesce === 1) expect(stores).toHaveLength(300);
+      else expect(stores.length).toBeLessThan(300);
+    }
   }, 30_000);
 
   it('relays TensorRT-LLM ZMQ batches under their attention-DP ranks, and a gap clears every rank', async () => {

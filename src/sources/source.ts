@@ -41,7 +41,7 @@ export interface EventSource {
 
 /** Where relayed payloads go: a `KvEventStream` or a `KvEventPublisher`. */
 export interface RelaySink extends EventSink {
-  relay(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): number;
+  relay(payloads: Uint8Array | readonly Uint8Array[], dialect: Dialect, dpRank: number | null): number;
   relayWithEventIds(
     bytes: Uint8Array,
     dialect: Dialect,

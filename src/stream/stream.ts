@@ -129,14 +129,16 @@ export class KvEventStream {
   /**
    * Relays an engine's encoded payload (vLLM / SGLang msgpack, TensorRT-LLM) from DP rank
    * `dpRank`: the bulk path, decoded, indexed and re-encoded once in Rust, and published at once
-   * under the next seqs with that rank (no JS object per event). Returns the events relayed. A
-   * payload that does not decode throws (`ERR_DECODE`) and publishes nothing. Not to be mixed
+   * under the next seqs with that rank (no JS object per event). Several payloads (consecutive
+   * batches of one engine subscription that were waiting together) are published as one batch
+   * per run of one rank, under the first one's timestamp. Returns the events relayed. A payload
+   * that does not decode throws (`ERR_DECODE`, naming it) and publishes nothing. Not to be mixed
    * with `publish` while its queue drains (`ERR_INVALID_ARG`): the seqs would interleave.
    */
-  relay(bytes: Uint8Array, dialect: Dialect, dpRank: number | null): number {
+  relay(payloads: Uint8Array | readonly Uint8Array[], dialect: Dialect, dpRank: number | null): number {
     this.#open();
     this.#ordered();
-    const out = this.indexer.relayEncoded(bytes, dialect, dpRank);
+    const out = this.indexer.relayCoalesced(payloads instanceof Uint8Array ? [payloads] : payloads, dialect, dpRank);
     this.#published(out, dpRank);
     return out.events;
   }

@@ -46,20 +46,22 @@ impl NativeLocalIndexer {
     })
   }
 
-  /// Relays an engine's payload: decoded, applied, encoded once per format and logged in Rust,
-  /// published under the next seqs (no JS object per event), under DP rank `dp_rank`, or the
-  /// payload's own ranks when it is null.
+  /// Relays an engine's consecutive payloads: decoded, applied, encoded once per format and
+  /// logged in Rust, published under the next seqs (no JS object per event), consecutive batches
+  /// of one rank as one (the core's `relay_coalesced`), under DP rank `dp_rank`, or the payloads'
+  /// own ranks when it is null.
   #[napi]
-  pub fn relay_encoded(
+  pub fn relay_coalesced(
     &self,
-    bytes: &[u8],
+    payloads: Vec<Buffer>,
     dialect: String,
     dp_rank: Option<i32>,
   ) -> Result<PublishedOut, Code> {
     guard_js(|| {
       let dialect = Dialect::parse(&dialect)?;
+      let slices: Vec<&[u8]> = payloads.iter().map(|b| b.as_ref()).collect();
       Ok(published_out(with(&self.inner, |ix| {
-        ix.relay_encoded(bytes, dialect, dp_rank)
+        ix.relay_coalesced(&slices, dialect, dp_rank)
       })?))
     })
   }

@@ -4,7 +4,7 @@ import { invalidArg, KvPlaneError } from '../../errors.js';
 import { endpointForRank, zmqAddress } from '../../transports/zmq/config.js';
 import { END_OF_REPLAY, seqFrame } from '../../transports/zmq/writer.js';
 import { type EventSink, type EventSource, type RelaySink, relaySink, type SourceHealth } from '../source.js';
-import { type FollowerCounters, type FollowStep, RankFollower } from './follower.js';
+import { type EngineBatch, type FollowerCounters, type FollowStep, RankFollower } from './follower.js';
 
 /**
  * A vLLM, SGLang or TensorRT-LLM engine's ZMQ KV-event publisher, as `kvplane serve --engine
@@ -31,6 +31,12 @@ export interface EngineZmqOptions {
    * TensorRT-LLM); a kvplane node relayed by another starts at its clock (use its oldest seq).
    */
   firstSeq?: bigint;
+  /**
+   * Engine batches found waiting together on a rank that are relayed as one outbound batch, at
+   * most (never more than 1024 events a batch). Default 64; 1 relays each engine batch as its
+   * own. Only what has already arrived is merged: nothing waits for more.
+   */
+  coalesce?: number;
   /** How long a replay fetch may go without an answer before the rank is cleared. Default 5 s. */
   replayTimeoutMs?: number;
   /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
@@ -74,6 +80,9 @@ class RankLink {
   #loops: Promise<unknown>[] = [];
   /** Replay fetches in progress, closed on stop. */
   readonly #fetches = new Map<Dealer, Promise<void>>();
+  /** Batches the follower said to apply, not relayed yet: what arrived together goes on as one. */
+  #waiting: EngineBatch[] = [];
+  readonly #coalesce: number;
 
   constructor(
     source: EngineZmqSource,
@@ -95,6 +104,7 @@ class RankLink {
       firstSeq: source.options.firstSeq ?? ENGINE_FIRST_SEQ,
     });
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: source.options.receiveHwm ?? 10_000 });
+    this.#coalesce = source.options.coalesce ?? 64;
   }
 
   start(): void {
@@ -106,6 +116,11 @@ class RankLink {
   }
 
   async stop(): Promise<void> {
+    try {
+      this.#relayWaiting();
+    } catch {
+      // The sink closed first: what waited goes with it.
+    }
     this.#sub.close();
     for (const d of this.#fetches.keys()) d.close();
     await Promise.allSettled([...this.#loops, ...this.#fetches.values()]);
@@ -134,6 +149,8 @@ class RankLink {
           continue;
         }
         this.#run(this.follower.live({ seq: seq.readBigUInt64BE(), payload }));
+        // More already arrived: it joins what waits, up to the cap.
+        if (this.#sub.closed || !this.#sub.readable) this.#relayWaiting();
       }
     } catch (err) {
       if (!this.#sub.closed) throw err;
@@ -143,19 +160,12 @@ class RankLink {
   #run(steps: FollowStep[]): void {
     for (const step of steps) {
       if (step.kind === 'apply') {
-        try {
-          this.#sink.relay(step.batch.payload, this.#source.dialect, this.#relayRank);
-        } catch (err) {
-          if (!(err instanceof KvPlaneError) || err.code === 'ERR_CLOSED') throw err;
-          this.undecodable++;
-          this.#source.warn('undecodable engine batch skipped; rank cleared', {
-            rank: this.rank,
-            seq: step.batch.seq.toString(),
-            error: err.message,
-          });
-          this.#run(this.follower.lost());
-        }
-      } else if (step.kind === 'clear') {
+        this.#waiting.push(step.batch);
+        if (this.#waiting.length >= this.#coalesce) this.#relayWaiting();
+        continue;
+      }
+      this.#relayWaiting();
+      if (step.kind === 'clear') {
         for (const r of this.ranks) this.#sink.clearRank(r);
         this.#source.warn('rank cleared', { rank: this.ranks.join(','), reason: step.reason });
       } else {
@@ -163,6 +173,36 @@ class RankLink {
         const done = this.#fetch(dealer, step.from, step.fetch).finally(() => this.#fetches.delete(dealer));
         this.#fetches.set(dealer, done);
       }
+    }
+  }
+
+  /** Relays the waiting batches, as one batch when they decode; else each, skipping what does not. */
+  #relayWaiting(): void {
+    const batches = this.#waiting;
+    if (batches.length === 0) return;
+    this.#waiting = [];
+    if (batches.length > 1 && this.#relay(batches.map((b) => b.payload)) === null) return;
+    for (const b of batches) {
+      const err = this.#relay(b.payload);
+      if (err === null) continue;
+      this.undecodable++;
+      this.#source.warn('undecodable engine batch skipped; rank cleared', {
+        rank: this.rank,
+        seq: b.seq.toString(),
+        error: err.message,
+      });
+      this.#run(this.follower.lost());
+    }
+  }
+
+  /** Relays payloads; the decode error if one does not decode (then nothing was published). */
+  #relay(payloads: Buffer | Buffer[]): KvPlaneError | null {
+    try {
+      this.#sink.relay(payloads, this.#source.dialect, this.#relayRank);
+      return null;
+    } catch (err) {
+      if (!(err instanceof KvPlaneError) || err.code === 'ERR_CLOSED') throw err;
+      return err;
     }
   }
 
@@ -186,6 +226,7 @@ class RankLink {
           break;
         }
         this.#run(this.follower.replayed(fetch, { seq: seq.readBigUInt64BE(), payload }));
+        if (!dealer.readable) this.#relayWaiting();
       }
     } catch (err) {
       if (!this.#sub.closed) {
@@ -198,7 +239,10 @@ class RankLink {
     } finally {
       dealer.close();
     }
-    if (!this.#sub.closed) this.#run(this.follower.replayEnded(fetch, ok));
+    if (!this.#sub.closed) {
+      this.#run(this.follower.replayEnded(fetch, ok));
+      this.#relayWaiting();
+    }
   }
 }
 
@@ -221,6 +265,9 @@ export class EngineZmqSource implements EventSource {
     const dpSize = options.dpSize ?? 1;
     if (!Number.isInteger(dpSize) || dpSize < 1 || dpSize > 1024)
       invalidArg(`dpSize is ${dpSize}: an integer in 1..1024`);
+    const coalesce = options.coalesce ?? 64;
+    if (!Number.isInteger(coalesce) || coalesce < 1 || coalesce > 1024)
+      invalidArg(`coalesce is ${coalesce}: an integer in 1..1024`);
     for (const e of [options.endpoint, options.replayEndpoint ?? '']) {
       if (e.includes('*')) invalidArg(`${e} is a bind address: give the engine's host (tcp://HOST:PORT) to connect to`);
     }

@@ -263,6 +263,17 @@ impl<'a> Reader<'a> {
 
   #[inline]
   pub fn read_str(&mut self) -> KvResult<&'a str> {
+    let bytes = self.read_str_bytes()?;
+    match std::str::from_utf8(bytes) {
+      Ok(s) => Ok(s),
+      Err(_) => self.err("invalid UTF-8 in a string"),
+    }
+  }
+
+  /// A string's bytes, not checked as UTF-8: for keys and tags compared with known ASCII
+  /// names, where a string that is not one of them is skipped anyway.
+  #[inline]
+  pub fn read_str_bytes(&mut self) -> KvResult<&'a [u8]> {
     let m = self.u8()?;
     let n = match m {
       0xa0..=0xbf => (m & 0x1f) as usize,
@@ -274,11 +285,7 @@ impl<'a> Reader<'a> {
         return self.err("expected a string");
       }
     };
-    let bytes = self.take(n)?;
-    match std::str::from_utf8(bytes) {
-      Ok(s) => Ok(s),
-      Err(_) => self.err("invalid UTF-8 in a string"),
-    }
+    self.take(n)
   }
 
   pub fn read_bin(&mut self) -> KvResult<&'a [u8]> {

@@ -3,7 +3,7 @@
 use super::{ApplyReport, Drained, EncodedApplyReport, LocalIndexer};
 use crate::codec::{self, Dialect};
 use crate::error::{KvError, KvResult};
-use crate::event::{Batch, KvEvent, MAX_BATCH_EVENTS};
+use crate::event::{Batch, EventRef, KvEvent, MAX_BATCH_EVENTS};
 use crate::stream::batch::split_oversized;
 
 impl LocalIndexer {
@@ -68,17 +68,52 @@ impl LocalIndexer {
     dialect: Dialect,
     dp_rank: Option<i32>,
   ) -> KvResult<Drained> {
-    let decoded = codec::decode(bytes, dialect)?;
+    self.relay_coalesced(&[bytes], dialect, dp_rank)
+  }
+
+  /// Relays consecutive payloads of one engine subscription as `relay_encoded` would, except
+  /// that consecutive batches of the same rank are published as one (split at 1024 events),
+  /// under the first one's timestamp: a relay that finds several engine batches waiting sends
+  /// them on as one. Nothing is published if any payload does not decode (the error names it).
+  pub fn relay_coalesced(
+    &mut self,
+    payloads: &[&[u8]],
+    dialect: Dialect,
+    dp_rank: Option<i32>,
+  ) -> KvResult<Drained> {
+    let mut decoded = Vec::with_capacity(payloads.len());
+    for (i, bytes) in payloads.iter().enumerate() {
+      decoded.push(codec::decode(bytes, dialect).map_err(|mut e| {
+        if payloads.len() > 1 {
+          e.message = format!("payload {i}: {}", e.message);
+        }
+        e
+      })?);
+    }
+    // Viewed where they were decoded: runs of one rank go out 1024 events at a time.
     let mut out = Drained::default();
-    for mut b in decoded.batches {
-      b.seq = 0;
-      if dp_rank.is_some() {
-        b.dp_rank = dp_rank;
+    let mut run: Vec<EventRef<'_>> = Vec::with_capacity(MAX_BATCH_EVENTS);
+    let mut run_of: (f64, Option<i32>) = (0.0, None);
+    for b in decoded.iter().flat_map(|d| &d.batches) {
+      let rank = dp_rank.or(b.dp_rank);
+      if !run.is_empty() && rank != run_of.1 {
+        out.batches.push(self.publish_events(&mut run, run_of.0, run_of.1)?);
+        run.clear();
       }
-      for b in split_oversized(b) {
-        out.events += b.events.len();
-        out.batches.push(self.apply_batch(b)?);
+      for ev in &b.events {
+        if run.is_empty() {
+          run_of = (b.ts, rank);
+        }
+        run.push(EventRef::of(ev));
+        out.events += 1;
+        if run.len() == MAX_BATCH_EVENTS {
+          out.batches.push(self.publish_events(&mut run, run_of.0, run_of.1)?);
+          run.clear();
+        }
       }
+    }
+    if !run.is_empty() {
+      out.batches.push(self.publish_events(&mut run, run_of.0, run_of.1)?);
     }
     Ok(out)
   }

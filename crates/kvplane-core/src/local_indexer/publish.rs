@@ -126,7 +126,7 @@ impl LocalIndexer {
   /// Applies queued events as the next batch (at most 1024 of them), encodes it once per format
   /// and logs it. An event that fails closed is published as a clear of the rank, as in
   /// `apply_batch`.
-  fn publish_events(
+  pub(super) fn publish_events(
     &mut self,
     events: &mut [EventRef<'_>],
     ts: f64,

@@ -572,3 +572,62 @@ fn answers_encoded_in_chunks_join_to_the_whole_answer() {
   assert!(json.contains("]}],\"last_seq\":40,\"epoch\":"), "{json}");
   assert_eq!(json.matches("\"type\":\"BlockStored\"").count(), dumped);
 }
+
+#[test]
+fn relays_waiting_engine_batches_as_one_under_the_first_timestamp() {
+  let mut ix = indexer(100);
+  let payload = |ts: f64, events: Vec<KvEvent>| {
+    let b = Batch {
+      seq: 0,
+      ts,
+      dp_rank: None,
+      events,
+    };
+    codec::encode(&b, codec::Format::Vllm)
+  };
+  let p1 = payload(1.0, vec![stored(&[1, 2], None)]);
+  let p2 = payload(2.0, vec![stored(&[3], Some(2)), stored(&[4], Some(3))]);
+  let p3 = payload(3.0, vec![KvEvent::Removed(Default::default())]);
+  let out = ix
+    .relay_coalesced(&[&p1, &p2, &p3], Dialect::Vllm, Some(1))
+    .unwrap();
+  assert_eq!((out.events, out.batches.len()), (4, 1));
+  let b = &codec::decode(out.batches[0].encodings.logged(), Dialect::Vllm)
+    .unwrap()
+    .batches[0];
+  assert_eq!((b.ts, b.dp_rank, b.events.len()), (1.0, Some(1), 4));
+  assert_eq!(&b.events[..3], &[stored(&[1, 2], None), stored(&[3], Some(2)), stored(&[4], Some(3))]);
+
+  // One payload that does not decode: nothing is published, and the error names it.
+  let err = ix
+    .relay_coalesced(&[&p1, b"\x93\x01", &p2], Dialect::Vllm, Some(1))
+    .unwrap_err();
+  assert!(err.message.starts_with("payload 1: "), "{}", err.message);
+  assert_eq!(ix.last_seq(), 1);
+
+  // 1024 events a batch at most; batches naming different ranks (relayed under their own, as
+  // TensorRT-LLM's) stay apart.
+  let many: Vec<KvEvent> = (0..700u64).map(|h| stored(&[100 + h], None)).collect();
+  let big = payload(4.0, many);
+  let out = ix
+    .relay_coalesced(&[&big, &big], Dialect::Vllm, Some(0))
+    .unwrap();
+  assert_eq!(
+    out.batches.iter().map(|r| r.seq).collect::<Vec<_>>(),
+    vec![2, 3]
+  );
+  let ranked = |rank: i32| {
+    let b = Batch {
+      seq: 0,
+      ts: 5.0,
+      dp_rank: Some(rank),
+      events: vec![stored(&[900 + rank as u64], None)],
+    };
+    codec::encode(&b, codec::Format::Vllm)
+  };
+  let (r5, r6) = (ranked(5), ranked(6));
+  let out = ix
+    .relay_coalesced(&[&r5, &r5, &r6], Dialect::Vllm, None)
+    .unwrap();
+  assert_eq!((out.events, out.batches.len()), (3, 2));
+}

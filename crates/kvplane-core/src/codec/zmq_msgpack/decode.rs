@@ -203,11 +203,11 @@ pub(super) enum Tag {
   Unknown,
 }
 
-pub(super) fn tag_of(name: &str) -> Tag {
+pub(super) fn tag_of(name: &[u8]) -> Tag {
   match name {
-    "BlockStored" => Tag::Stored,
-    "BlockRemoved" => Tag::Removed,
-    "AllBlocksCleared" => Tag::Cleared,
+    b"BlockStored" => Tag::Stored,
+    b"BlockRemoved" => Tag::Removed,
+    b"AllBlocksCleared" => Tag::Cleared,
     _ => Tag::Unknown,
   }
 }
@@ -231,27 +231,27 @@ fn decode_map_event(r: &mut Reader<'_>) -> KvResult<Option<KvEvent>> {
   let mut s = StoredEvent::default();
   let mut removed = RemovedEvent::default();
   for _ in 0..n {
-    let key = r.read_str()?;
+    let key = r.read_str_bytes()?;
     match key {
-      "type" => tag = Some(tag_of(r.read_str()?)),
-      "block_hashes" => set_block_hashes(&mut s, read_hashes(r)?),
-      "parent_block_hash" => read_parent(r, &mut s)?,
-      "token_ids" => s.token_ids = read_tokens(r)?,
-      "block_size" => s.block_size = read_u32(r, "block_size")?,
-      "lora_id" => s.lora_id = read_opt_i64(r, "lora_id")?,
-      "medium" => s.medium = read_opt_string(r)?,
-      "lora_name" => s.lora_name = read_opt_string(r)?,
-      "extra_keys" => s.extra_keys = read_opt_value(r)?,
-      "group_idx" => s.group_idx = read_opt_u32(r, "group_idx")?,
-      "kv_cache_spec_kind" => s.kv_cache_spec_kind = read_opt_string(r)?,
-      "kv_cache_spec_sliding_window" => {
+      b"type" => tag = Some(tag_of(r.read_str_bytes()?)),
+      b"block_hashes" => set_block_hashes(&mut s, read_hashes(r)?),
+      b"parent_block_hash" => read_parent(r, &mut s)?,
+      b"token_ids" => s.token_ids = read_tokens(r)?,
+      b"block_size" => s.block_size = read_u32(r, "block_size")?,
+      b"lora_id" => s.lora_id = read_opt_i64(r, "lora_id")?,
+      b"medium" => s.medium = read_opt_string(r)?,
+      b"lora_name" => s.lora_name = read_opt_string(r)?,
+      b"extra_keys" => s.extra_keys = read_opt_value(r)?,
+      b"group_idx" => s.group_idx = read_opt_u32(r, "group_idx")?,
+      b"kv_cache_spec_kind" => s.kv_cache_spec_kind = read_opt_string(r)?,
+      b"kv_cache_spec_sliding_window" => {
         s.kv_cache_spec_sliding_window = read_opt_i64(r, "kv_cache_spec_sliding_window")?
       }
-      "locality" => s.locality = read_opt_string(r)?,
-      "ownership" => s.ownership = read_opt_string(r)?,
-      "session_id" => s.session_id = read_opt_string(r)?,
-      "cache_salt" => s.cache_salt = read_opt_string(r)?,
-      "lookahead_token_ids" => s.lookahead_token_ids = read_opt_value(r)?,
+      b"locality" => s.locality = read_opt_string(r)?,
+      b"ownership" => s.ownership = read_opt_string(r)?,
+      b"session_id" => s.session_id = read_opt_string(r)?,
+      b"cache_salt" => s.cache_salt = read_opt_string(r)?,
+      b"lookahead_token_ids" => s.lookahead_token_ids = read_opt_value(r)?,
       _ => r.skip()?,
     }
   }

@@ -21,7 +21,7 @@ pub(super) fn decode_event(r: &mut Reader<'_>) -> KvResult<Option<KvEvent>> {
   if n == 0 {
     return Err(decode_error("an empty event array"));
   }
-  let tag = tag_of(r.read_str()?);
+  let tag = tag_of(r.read_str_bytes()?);
   let fields = n - 1;
   let mut read = 0;
   let ev = match tag {
