@@ -97,7 +97,9 @@ impl LocalIndexer {
     for b in decoded.iter().flat_map(|d| &d.batches) {
       let rank = dp_rank.or(b.dp_rank);
       if !run.is_empty() && rank != run_of.1 {
-        out.batches.push(self.publish_events(&mut run, run_of.0, run_of.1)?);
+        out
+          .batches
+          .push(self.publish_events(&mut run, run_of.0, run_of.1)?);
         run.clear();
       }
       for ev in &b.events {
@@ -107,13 +109,17 @@ impl LocalIndexer {
         run.push(EventRef::of(ev));
         out.events += 1;
         if run.len() == MAX_BATCH_EVENTS {
-          out.batches.push(self.publish_events(&mut run, run_of.0, run_of.1)?);
+          out
+            .batches
+            .push(self.publish_events(&mut run, run_of.0, run_of.1)?);
           run.clear();
         }
       }
     }
     if !run.is_empty() {
-      out.batches.push(self.publish_events(&mut run, run_of.0, run_of.1)?);
+      out
+        .batches
+        .push(self.publish_events(&mut run, run_of.0, run_of.1)?);
     }
     Ok(out)
   }

@@ -596,7 +596,14 @@ fn relays_waiting_engine_batches_as_one_under_the_first_timestamp() {
     .unwrap()
     .batches[0];
   assert_eq!((b.ts, b.dp_rank, b.events.len()), (1.0, Some(1), 4));
-  assert_eq!(&b.events[..3], &[stored(&[1, 2], None), stored(&[3], Some(2)), stored(&[4], Some(3))]);
+  assert_eq!(
+    &b.events[..3],
+    &[
+      stored(&[1, 2], None),
+      stored(&[3], Some(2)),
+      stored(&[4], Some(3))
+    ]
+  );
 
   // One payload that does not decode: nothing is published, and the error names it.
   let err = ix
