@@ -9,6 +9,17 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+export declare class NativeEngineLoads {
+  /** Reads an engine's `GetLoadsResponse`. */
+  constructor(answer: Buffer)
+  /** The DP ranks the answer covers. */
+  get ranks(): Array<number>
+  /** `KvEventBatch` bytes with the load record of the batch's rank appended. */
+  attach(batch: Uint8Array, sample: bigint, ageMs: number, telemetry: boolean): Buffer
+  /** One `load_only` batch per rank, repeating seq `seq`. */
+  loadOnly(seq: bigint, ts: number, sample: bigint, ageMs: number, telemetry: boolean): Array<Buffer>
+}
+
 export declare class NativeEventQueue {
   constructor(maxQueueSize?: number | undefined | null)
   /** Enqueues events (all are checked first); returns how many were accepted, the rest dropped. */
@@ -182,8 +193,8 @@ export interface DecodedOut {
   unknownEvents: number
 }
 
-/** Reads SMG's `SubscribeKvEventsRequest`: its `start_sequence_number`. */
-export declare function decodeSubscribeRequest(bytes: Buffer): bigint
+/** Reads SMG's `SubscribeKvEventsRequest`. */
+export declare function decodeSubscribeRequest(bytes: Buffer): SubscribeRequestOut
 
 /** A change of one value (TensorRT-LLM `event_diff`). */
 export interface DiffIo {
@@ -243,6 +254,9 @@ export interface EventOut {
   priority?: DiffIo
   numBlocksPerCacheLevel?: Array<number>
 }
+
+/** The `GetLoadsRequest` a relay polls the engine with (every section, every rank). */
+export declare function getLoadsRequest(): Buffer
 
 /** Chained hashes of every full block of `tokens`. */
 export declare function hashBlocks(tokens: Uint32Array | Array<number>, options: HashBlocksOptions): BigUint64Array
@@ -422,6 +436,14 @@ export interface SnapshotOut {
   /** Live blocks in the snapshot. */
   blocks: bigint
   chunks: SnapshotStream
+}
+
+/** SMG's `SubscribeKvEventsRequest`. */
+export interface SubscribeRequestOut {
+  /** `start_sequence_number` (0: the current state). */
+  start: bigint
+  /** `load_records_before_first_batch`. */
+  loadRecordsEarly: boolean
 }
 
 /** Two's-complement signed view of a u64 hash. */

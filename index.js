@@ -835,6 +835,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.NativeEngineLoads = nativeBinding.NativeEngineLoads
 module.exports.NativeEventQueue = nativeBinding.NativeEventQueue
 module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
 module.exports.RecoverChunks = nativeBinding.RecoverChunks
@@ -845,6 +846,7 @@ module.exports.decodeSubscribeRequest = nativeBinding.decodeSubscribeRequest
 module.exports.encodeBatch = nativeBinding.encodeBatch
 module.exports.encodeHealthResponse = nativeBinding.encodeHealthResponse
 module.exports.encodeSubscribeRequest = nativeBinding.encodeSubscribeRequest
+module.exports.getLoadsRequest = nativeBinding.getLoadsRequest
 module.exports.hashBlocks = nativeBinding.hashBlocks
 module.exports.hashBlocksAsync = nativeBinding.hashBlocksAsync
 module.exports.hashBlocksWithDigests = nativeBinding.hashBlocksWithDigests

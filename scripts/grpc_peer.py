@@ -5,7 +5,8 @@
       subscribe to SERVICE (vllm | sglang | trtllm | tokenspeed) at ADDRESS from START, print one
       JSON line {"epoch": "..."} with the initial metadata, then one JSON line per batch:
       {"seq": "...", "dp_rank": n|null, "events": [...]}, BATCHES of them; on a non-OK status
-      print {"status": "CODE_NAME", "details": "..."} instead and stop.
+      print {"status": "CODE_NAME", "details": "..."} instead and stop. START "0+loads" subscribes
+      from 0 with load_records_before_first_batch set.
 
   grpc_peer.py health ADDRESS SERVICE
       call HealthCheck on SERVICE and print {"healthy": bool, "message": "..."} (TensorRT-LLM:
@@ -16,7 +17,8 @@
       {"code": ..., "details": ...}.
 
 Snapshot chunks carry "snapshot": {"index", "count", "blocks"} as well ("unknown_before" when
-it is not 0).
+it is not 0); batches with a load record carry "load": the EngineLoad fields that are set, by their
+proto names (u64 sample as a decimal string).
 Events are printed in a compact normalized form (u64 values as decimal strings): stored
 {"type", "block_hashes", "parent_block_hash", "token_ids", "block_size"}, removed
 {"type", "block_hashes"}, cleared {"type"}. Hashes are int64 on the wire; they print as u64.
@@ -28,6 +30,7 @@ import json
 import sys
 
 import grpc
+from google.protobuf import json_format
 from smg_grpc_proto.generated import (
     common_pb2,
     sglang_scheduler_pb2,
@@ -116,12 +119,16 @@ def main() -> None:
     if sys.argv[1] == "generate":
         generate(sys.argv[2], sys.argv[3])
         return
-    address, service, start, batches = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    address, service, batches = sys.argv[1], sys.argv[2], int(sys.argv[4])
+    early = sys.argv[3].endswith("+loads")
+    start = int(sys.argv[3].removesuffix("+loads"))
     metadata = [("authorization", f"Bearer {sys.argv[5]}")] if len(sys.argv) > 5 else None
     with grpc.insecure_channel(address) as channel:
         stub = STUBS[service](channel)
         call = stub.SubscribeKvEvents(
-            common_pb2.SubscribeKvEventsRequest(start_sequence_number=start), metadata=metadata
+            common_pb2.SubscribeKvEventsRequest(start_sequence_number=start,
+                                                load_records_before_first_batch=early),
+            metadata=metadata
         )
         try:
             md = dict(call.initial_metadata())
@@ -135,6 +142,10 @@ def main() -> None:
                                        "blocks": b.snapshot.blocks}
                     if b.snapshot.unknown_before:
                         out["snapshot"]["unknown_before"] = b.snapshot.unknown_before
+                if b.HasField("load"):
+                    out["load"] = {f.name: (str(v) if f.name == "sample" else
+                                            json_format.MessageToDict(v) if f.message_type else v)
+                                   for f, v in b.load.ListFields()}
                 emit(out)
                 if i + 1 >= batches:
                     call.cancel()

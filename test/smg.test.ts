@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import {
   type Client,
   type ClientReadableStream,
@@ -23,7 +25,7 @@ import {
   rawMethod,
   subscribeDefinition,
 } from '../src/index.js';
-import { FROM_SEQ_1, runGrpcPeer, sleep, storedBlock as stored, until } from './fixtures.js';
+import { FROM_SEQ_1, repoPath, runGrpcPeer, sleep, storedBlock as stored, until } from './fixtures.js';
 
 // SMG's side of a worker (docs/protocol.md#snapshots, #grpc-upstream): snapshots for a
 // subscriber from 0, OUT_OF_RANGE for an expired cursor, HealthCheck, and the engine's other RPCs
@@ -401,5 +403,68 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     const ok = await unary(c, 'GetModelInfo', Buffer.from([1]), md);
     expect(ok.err).toBeNull();
     expect(engine.seen.at(-1)).toEqual({ method: 'GetModelInfo', header: undefined, auth: undefined });
+  }, 30_000);
+});
+
+/** SMG's vLLM servicer stand-in (scripts/smg_engine.py, grpcio on smg-grpc-proto): its address. */
+async function standInEngine(): Promise<string> {
+  const proc = spawn('python3', [repoPath('scripts/smg_engine.py'), '--max-num-seqs', '96', '--num-blocks', '512']);
+  cleanup.push(() => proc.kill('SIGKILL'));
+  const first = await new Promise<string>((resolve, reject) => {
+    createInterface({ input: proc.stdout }).once('line', resolve);
+    proc.once('exit', (code) => reject(new Error(`smg_engine.py exited ${code}`)));
+  });
+  return (JSON.parse(first) as { grpc: string }).grpc;
+}
+
+interface LoadBatch extends PeerBatch {
+  load?: Record<string, unknown>;
+}
+
+describe('load records: the engine’s GetLoads as EngineLoad on the stream', () => {
+  it('attaches each batch’s record, keeps an idle stream’s load current with load_only batches, and sends early ones only to a peer that asks', async () => {
+    const engine = await standInEngine();
+    const { pub, grpc, address } = await node({ upstream: engine, services: [VLLM], loadPollMs: 100 });
+    await until(() => (grpc.stats().loads?.polls ?? 0) >= 1, 'a GetLoads answer');
+    expect(grpc.stats().loads?.service).toBe(VLLM);
+    // The stand-in's numbers (idle): 96 running at most, 512 blocks of 16 tokens.
+    const telemetry = { max_total_num_tokens: 512 * 16 };
+
+    // Nothing published yet: a peer asking for early records gets load_only batches numbered 0.
+    const early = (await runGrpcPeer([address, 'vllm', '0+loads', '2'])).slice(1) as unknown as LoadBatch[];
+    for (const b of early) {
+      expect(b).toMatchObject({ seq: '0', dp_rank: 0, events: [] });
+      expect(b.load).toMatchObject({ max_running_requests: 96, load_only: true, ...telemetry });
+    }
+    expect(early.map((b) => b.load?.sample)).toEqual(['1', '2']);
+
+    // A peer that does not ask gets nothing before the first batch, which carries the first
+    // record (with the telemetry); then load_only batches repeat that batch's seq.
+    const plain = runGrpcPeer([address, 'vllm', '0', '3']);
+    await sleep(500);
+    pub.publish([stored(1, null)]);
+    await pub.flush();
+    const got = (await plain).slice(1) as unknown as LoadBatch[];
+    expect(got[0]).toMatchObject({ seq: '1', dp_rank: 0, events: [{ type: 'stored', block_hashes: ['1'] }] });
+    expect(got[0]?.load).toMatchObject({ max_running_requests: 96, sample: '1', ...telemetry });
+    expect(got[0]?.load?.load_only).toBeUndefined();
+    for (const b of got.slice(1)) {
+      expect(b).toMatchObject({ seq: '1', dp_rank: 0, events: [] });
+      expect(b.load).toMatchObject({ load_only: true, ...telemetry });
+    }
+    expect(got.map((b) => b.load?.sample)).toEqual(['1', '2', '3']);
+    expect(grpc.stats().loadOnlySent).toBeGreaterThanOrEqual(4);
+  }, 30_000);
+
+  it('sends no records without an upstream', async () => {
+    const { pub, grpc, address } = await node({ services: [VLLM], loadPollMs: 100 });
+    const peer = runGrpcPeer([address, 'vllm', '0+loads', '1']);
+    await sleep(400);
+    pub.publish([stored(1, null)]);
+    await pub.flush();
+    const [b] = (await peer).slice(1) as unknown as LoadBatch[];
+    expect(b).toMatchObject({ seq: '1', events: [{ type: 'stored' }] });
+    expect(b?.load).toBeUndefined();
+    expect(grpc.stats()).toMatchObject({ loads: null, loadOnlySent: 0 });
   }, 30_000);
 });

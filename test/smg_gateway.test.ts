@@ -131,6 +131,8 @@ async function smgIndexBlocks(metrics: string): Promise<Record<string, number>> 
 describe('the SMG gateway routes on kvplane', () => {
   const workers: Worker[] = [];
   let gateway: string;
+  /** When SMG was launched (it polls GetLoads every 10 s unless records flow). */
+  let smgStarted = 0;
   let metrics: string;
   let smg: { out: string[] };
 
@@ -185,6 +187,7 @@ describe('the SMG gateway routes on kvplane', () => {
 
     const port = await freePort();
     const prom = await freePort();
+    smgStarted = Date.now();
     smg = run('smg', [
       'launch',
       '--host',
@@ -300,4 +303,30 @@ describe('the SMG gateway routes on kvplane', () => {
     ).toBe(true);
     expect(smg.out.filter((l) => l.includes('KV event relay snapshot applied') && l.includes(key))).toHaveLength(2);
   }, 90_000);
+
+  it('takes each engine’s load from kvplane’s load records instead of polling GetLoads', async () => {
+    // Past SMG's 10 s GetLoads interval: a worker whose stream carries records is not polled.
+    await sleep(Math.max(0, smgStarted + 12_000 - Date.now()));
+    const text = await (await fetch(metrics)).text();
+    const series = (name: string, worker: string, label: string) =>
+      Number(
+        new RegExp(`^${name}\\{[^}]*worker="grpc://${worker}"[^}]*${label}[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1] ?? 0,
+      );
+    for (const w of workers) {
+      // The idle streams' records: load_only batches about every second.
+      expect(series('smg_kv_event_batches_total', w.smgUrl, 'disposition="load_only"')).toBeGreaterThanOrEqual(5);
+      // At most the one poll SMG makes as it registers a worker, before the first record.
+      expect(series('smg_engine_load_polls_total', w.smgUrl, 'mode="poll"')).toBeLessThanOrEqual(1);
+    }
+    // What SMG holds per worker is the engine's GetLoads answer (its capacity: 8192 blocks of 16).
+    const loads = (await (await fetch(`${gateway}/loads`)).json()) as {
+      loads: Array<{ worker: string; max_total_num_tokens: number; max_running_requests: number }>;
+    };
+    for (const w of workers) {
+      expect(loads.loads.find((l) => l.worker === `grpc://${w.smgUrl}`)).toMatchObject({
+        max_total_num_tokens: 8192 * 16,
+        max_running_requests: 256,
+      });
+    }
+  }, 30_000);
 });

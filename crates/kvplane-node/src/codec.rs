@@ -49,10 +49,25 @@ pub fn encode_subscribe_request(start: BigInt) -> Result<Buffer, Code> {
   })
 }
 
-/// Reads SMG's `SubscribeKvEventsRequest`: its `start_sequence_number`.
+/// SMG's `SubscribeKvEventsRequest`.
+#[napi(object)]
+pub struct SubscribeRequestOut {
+  /// `start_sequence_number` (0: the current state).
+  pub start: BigInt,
+  /// `load_records_before_first_batch`.
+  pub load_records_early: bool,
+}
+
+/// Reads SMG's `SubscribeKvEventsRequest`.
 #[napi]
-pub fn decode_subscribe_request(bytes: Buffer) -> Result<BigInt, Code> {
-  guard_js(|| Ok(BigInt::from(codec::smg::decode_subscribe_request(&bytes)?)))
+pub fn decode_subscribe_request(bytes: Buffer) -> Result<SubscribeRequestOut, Code> {
+  guard_js(|| {
+    let r = codec::smg::decode_subscribe_request(&bytes)?;
+    Ok(SubscribeRequestOut {
+      start: BigInt::from(r.start),
+      load_records_early: r.load_records_early,
+    })
+  })
 }
 
 /// The `HealthCheckResponse` of engine service `service` (its shape differs between engines).

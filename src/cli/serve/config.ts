@@ -37,6 +37,8 @@ export interface GrpcConfig {
   maxSnapshots?: number;
   /** The engine's own gRPC server, HOST:PORT: RPCs kvplane does not serve are forwarded to it. */
   upstream?: string;
+  /** With `upstream`: the engine's GetLoads poll for load records, in ms (0: none). */
+  loadPollMs?: number;
   /** Serve only this engine's service (`vllm`, `sglang`, `trtllm`, `tokenspeed`); default all. */
   engine?: string;
   tlsCert?: string;
@@ -94,6 +96,7 @@ const GRPC_KEYS: Record<string, keyof GrpcConfig> = {
   max_lag_batches: 'maxLagBatches',
   max_snapshots: 'maxSnapshots',
   upstream: 'upstream',
+  load_poll_ms: 'loadPollMs',
   engine: 'engine',
   tls_cert: 'tlsCert',
   tls_key: 'tlsKey',

@@ -126,6 +126,10 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: "the engine's own gRPC server (HOST:PORT): every other RPC (Generate, GetModelInfo, ...) is forwarded to it, and HealthCheck while kvplane is healthy",
     apply: (c, v) => (c.grpc = { ...grpcOf(c), upstream: v }),
   },
+  'grpc-load-poll-ms': {
+    help: "with --grpc-upstream: how often the engine's GetLoads is polled for the streams' load records, in ms (default 1000; 0: none)",
+    apply: (c, v) => (c.grpc = { ...grpcOf(c), loadPollMs: int('grpc-load-poll-ms', v) }),
+  },
   'grpc-engine': {
     help: 'serve only this engine service: vllm, sglang, trtllm or tokenspeed (default all four)',
     apply: (c, v) => (c.grpc = { ...grpcOf(c), engine: v }),

@@ -93,6 +93,7 @@ export async function startServe(
         authToken,
         tls,
         upstream: c.grpc.upstream,
+        loadPollMs: c.grpc.loadPollMs,
         services: c.grpc.engine === undefined ? undefined : [grpcService(c.grpc.engine)],
         health: () => sourceHealth(source),
         unknownBefore: source.unknownBefore?.bind(source),

@@ -16,6 +16,7 @@ import type { EncodedBatches } from '../../stream/batches.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { bearerMatches } from '../auth.js';
 import { ENGINE_METHODS, type EngineMethod } from './engine_methods.js';
+import { EngineLoadPoller, type LoadPollStats } from './loads.js';
 import { decodeSubscribeRequest, encodeHealthResponse, KV_EVENT_SERVICES, rawMethod } from './services.js';
 import { type EndStatus, Subscriber } from './subscriber.js';
 import { type AnyHandler, GrpcUpstream } from './upstream.js';
@@ -79,6 +80,11 @@ export interface KvGrpcServerOptions {
    * its stream is closed or failed closed.
    */
   health?: () => { healthy: boolean; message: string };
+  /**
+   * With `upstream`: how often the engine's `GetLoads` is polled for the load records the streams
+   * carry (docs/protocol.md#load-records), in ms. Default 1000; 0 sends no records.
+   */
+  loadPollMs?: number;
 }
 
 export interface GrpcStats {
@@ -105,11 +111,16 @@ export interface GrpcStats {
   maxLag: number;
   /** Bytes queued in kvplane for all subscribers (each bounded by its lag cut-off). */
   queuedBytes: number;
+  /** `load_only` batches sent (the engine's load between batches). */
+  loadOnlySent: number;
+  /** The engine's `GetLoads` polls, with an upstream. */
+  loads: LoadPollStats | null;
 }
 
 const DEFAULT_MAX_LAG = 1024;
 const DEFAULT_SNAPSHOT_CHUNK_BLOCKS = 4096;
 const DEFAULT_MAX_SNAPSHOTS = 4;
+const DEFAULT_LOAD_POLL_MS = 1000;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
 
@@ -133,6 +144,7 @@ export class KvGrpcServer {
   readonly #subscribers = new Set<Subscriber>();
   readonly #unlisten: () => void;
   readonly #upstream: GrpcUpstream | null;
+  readonly #loads: EngineLoadPoller | null;
   readonly #health: () => { healthy: boolean; message: string };
   readonly #unknownBefore: (() => ReadonlyMap<number, bigint>) | undefined;
   #port = 0;
@@ -153,8 +165,11 @@ export class KvGrpcServer {
     batchesSent: 0,
     maxLag: 0,
     queuedBytes: 0,
+    loadOnlySent: 0,
+    loads: null,
   };
   #sentByEnded = 0;
+  #loadOnlyByEnded = 0;
 
   private constructor(server: Server, opts: KvGrpcServerOptions) {
     this.#server = server;
@@ -179,6 +194,16 @@ export class KvGrpcServer {
       throw new KvPlaneError('ERR_INVALID_ARG', 'authToken must be a non-empty string');
     }
     this.#upstream = opts.upstream ? new GrpcUpstream(opts.upstream) : null;
+    const loadPollMs = opts.loadPollMs ?? DEFAULT_LOAD_POLL_MS;
+    if (!Number.isInteger(loadPollMs) || loadPollMs < 0) {
+      throw new KvPlaneError('ERR_INVALID_ARG', `loadPollMs must be a non-negative integer, got ${loadPollMs}`);
+    }
+    this.#loads =
+      this.#upstream && loadPollMs > 0
+        ? new EngineLoadPoller(this.#upstream, opts.services ?? KV_EVENT_SERVICES, loadPollMs, () => {
+            for (const s of this.#subscribers) s.heartbeat();
+          })
+        : null;
     const extra = opts.health;
     this.#health = () => {
       const own = this.#ownHealth();
@@ -230,6 +255,7 @@ export class KvGrpcServer {
         cause: err,
       });
     }
+    self.#loads?.start();
     return self;
   }
 
@@ -240,10 +266,12 @@ export class KvGrpcServer {
 
   stats(): GrpcStats {
     let sent = this.#sentByEnded;
+    let loadOnlySent = this.#loadOnlyByEnded;
     let maxLag = 0;
     let queuedBytes = 0;
     for (const s of this.#subscribers) {
       sent += s.sent;
+      loadOnlySent += s.loadOnlySent;
       maxLag = Math.max(maxLag, s.lag);
       queuedBytes += s.queuedBytes;
     }
@@ -254,6 +282,8 @@ export class KvGrpcServer {
       batchesSent: sent,
       maxLag,
       queuedBytes,
+      loadOnlySent,
+      loads: this.#loads ? { ...this.#loads.stats } : null,
     };
   }
 
@@ -262,6 +292,7 @@ export class KvGrpcServer {
     if (this.#closed) return;
     this.#closed = true;
     this.#unlisten();
+    this.#loads?.stop();
     this.#upstream?.close();
     for (const s of [...this.#subscribers])
       s.cut({ code: status.UNAVAILABLE, details: 'the KV event server is shutting down' });
@@ -353,8 +384,9 @@ export class KvGrpcServer {
       return;
     }
     let start: bigint;
+    let loadsEarly: boolean;
     try {
-      start = decodeSubscribeRequest(call.request);
+      ({ start, loadRecordsEarly: loadsEarly } = decodeSubscribeRequest(call.request));
     } catch (err) {
       counts.invalid++;
       this.#refuse(call, status.INVALID_ARGUMENT, `bad SubscribeKvEventsRequest: ${(err as Error).message}`);
@@ -375,10 +407,19 @@ export class KvGrpcServer {
       return;
     }
     call.sendMetadata(this.#metadata());
-    const sub = new Subscriber(call, cursor === null ? null : cursor.start, this.#maxLag, (s) => {
+    const onEnd = (s: Subscriber) => {
       this.#subscribers.delete(s);
       this.#sentByEnded += s.sent;
-    });
+      this.#loadOnlyByEnded += s.loadOnlySent;
+    };
+    const sub = new Subscriber(
+      call,
+      cursor === null ? null : cursor.start,
+      this.#maxLag,
+      onEnd,
+      this.#loads,
+      loadsEarly,
+    );
     this.#subscribers.add(sub);
     let snapshot: Promise<Snapshot | null> | undefined;
     let release = () => {};

@@ -66,7 +66,15 @@ export function encodeSubscribeRequest(start: bigint): Buffer {
   return callNative(() => native.encodeSubscribeRequest(start));
 }
 
-/** The `start_sequence_number` of a `SubscribeKvEventsRequest`. */
-export function decodeSubscribeRequest(bytes: Buffer): bigint {
+/** A `SubscribeKvEventsRequest`, read. */
+export interface SubscribeRequest {
+  /** `start_sequence_number` (0: the current state). */
+  start: bigint;
+  /** `load_records_before_first_batch`: the subscriber takes `load_only` batches numbered 0. */
+  loadRecordsEarly: boolean;
+}
+
+/** Reads a `SubscribeKvEventsRequest` (`ERR_DECODE` if it is not one). */
+export function decodeSubscribeRequest(bytes: Buffer): SubscribeRequest {
   return callNative(() => native.decodeSubscribeRequest(bytes));
 }

@@ -1,5 +1,6 @@
 import type { Metadata, ServerWritableStream } from '@grpc/grpc-js';
 import type { LoggedBatches, Snapshot } from '../../indexer.js';
+import type { LoadFeed } from './loads.js';
 
 /** Batches read from the replay log per step of a catch-up. */
 const REPLAY_CHUNK = 64;
@@ -36,16 +37,39 @@ export class Subscriber {
   /** Set once ending: no more batches are taken. */
   #ending: EndStatus | undefined;
   #done = false;
+  /** The engine's load, attached to each batch as its record (none without an upstream). */
+  readonly #loads: LoadFeed | null;
+  /** The peer takes `load_only` batches numbered 0 before the first batch. */
+  readonly #loadsEarly: boolean;
+  /** The last record's sample number (monotonic per stream). */
+  #sample = 0n;
+  /** The last seq queued for the peer, or `null`: what a `load_only` batch repeats. */
+  #lastSeq: bigint | null = null;
+  /** A record went out since the last heartbeat. */
+  #recorded = false;
+  /** The next record carries the engine's telemetry (a stream's first, then each heartbeat's). */
+  #telemetryDue = true;
   /** Batches handed to the stream. */
   sent = 0;
+  /** `load_only` batches handed to the stream. */
+  loadOnlySent = 0;
   /** Bytes queued here for the peer, not yet handed to the stream. */
   queuedBytes = 0;
 
-  constructor(call: Call, next: bigint | null, maxLag: number, onEnd: (sub: Subscriber) => void) {
+  constructor(
+    call: Call,
+    next: bigint | null,
+    maxLag: number,
+    onEnd: (sub: Subscriber) => void,
+    loads: LoadFeed | null = null,
+    loadsEarly = false,
+  ) {
     this.#call = call;
     this.#next = next;
     this.#maxLag = maxLag;
     this.#onEnd = onEnd;
+    this.#loads = loads;
+    this.#loadsEarly = loadsEarly;
     call.on('drain', () => {
       this.#blocked = false;
       this.#pump();
@@ -117,6 +141,28 @@ export class Subscriber {
     }
   }
 
+  /**
+   * After each `GetLoads` answer: a stream idle since the last one gets the engine's record alone,
+   * as `load_only` batches (one per rank) repeating the last seq it was sent, so the gateway keeps
+   * its load current and knows the stream is alive. Before its first batch only a peer that asked
+   * for records early gets them (numbered 0); a peer catching up or with batches waiting gets its
+   * record with them.
+   */
+  heartbeat(): void {
+    const recorded = this.#recorded;
+    this.#recorded = false;
+    this.#telemetryDue = true;
+    if (recorded || this.done || this.#catchingUp || this.lag > 0 || this.#blocked) return;
+    const load = this.#loads?.current();
+    if (!load || (this.#lastSeq === null && !this.#loadsEarly)) return;
+    const batches = load.loads.loadOnly(this.#lastSeq ?? 0n, Date.now() / 1000, ++this.#sample, load.ageMs, true);
+    this.#telemetryDue = false;
+    for (const b of batches) {
+      this.loadOnlySent++;
+      if (!this.#call.write(b)) this.#blocked = true;
+    }
+  }
+
   /** Ends the stream now with `status`, dropping what has not been handed to the stream. */
   cut(status: EndStatus): void {
     if (this.done) return;
@@ -143,6 +189,7 @@ export class Subscriber {
     this.#queue.push(bytes);
     this.queuedBytes += bytes.length;
     this.#next = seq + 1n;
+    this.#lastSeq = seq;
     this.#pump();
   }
 
@@ -152,7 +199,7 @@ export class Subscriber {
       this.#queue[this.#head++] = undefined as unknown as Buffer;
       this.queuedBytes -= bytes.length;
       this.sent++;
-      if (!this.#call.write(bytes)) this.#blocked = true;
+      if (!this.#call.write(this.#withLoad(bytes))) this.#blocked = true;
     }
     if (this.#head === this.#queue.length) {
       this.#queue = [];
@@ -164,6 +211,16 @@ export class Subscriber {
       resolve?.();
     }
     if (this.#ending !== undefined && this.#head === this.#queue.length && !this.#done) this.#end(this.#ending);
+  }
+
+  /** The batch with the engine's current load record appended, when there is one. */
+  #withLoad(bytes: Buffer): Buffer {
+    const load = this.#loads?.current();
+    if (!load) return bytes;
+    const out = load.loads.attach(bytes, ++this.#sample, load.ageMs, this.#telemetryDue);
+    this.#telemetryDue = false;
+    this.#recorded = true;
+    return out;
   }
 
   #end(status: EndStatus): void {

@@ -57,6 +57,20 @@ export class GrpcUpstream {
     return (call: ServerDuplexStream<Buffer, Buffer>) => this.#bidi(path, call);
   }
 
+  /** One unary call of kvplane's own to the engine: its answer, or its error status. */
+  unary(path: string, request: Buffer, timeoutMs: number): Promise<Buffer> {
+    return new Promise((resolve, reject) => {
+      this.#client.makeUnaryRequest(
+        path,
+        raw,
+        raw,
+        request,
+        { deadline: Date.now() + timeoutMs },
+        (err: ServiceError | null, reply?: Buffer) => (err ? reject(err) : resolve(reply as Buffer)),
+      );
+    });
+  }
+
   close(): void {
     this.#client.close();
   }

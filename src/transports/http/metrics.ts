@@ -108,6 +108,17 @@ export function publisherMetrics(
     gauge('kvplane_grpc_queued_bytes', 'Bytes queued in kvplane for gRPC subscribers', () => grpc().queuedBytes);
     counter('kvplane_grpc_batches_sent_total', 'Batches handed to gRPC subscribers', () => grpc().batchesSent);
     counter(
+      'kvplane_grpc_load_only_sent_total',
+      "load_only batches (the engine's load between batches) sent to gRPC subscribers",
+      () => grpc().loadOnlySent,
+    );
+    counter('kvplane_grpc_load_polls_total', "The engine's GetLoads answers polled", () => grpc().loads?.polls ?? 0);
+    counter(
+      'kvplane_grpc_load_poll_failures_total',
+      "The engine's GetLoads polls that failed",
+      () => grpc().loads?.failures ?? 0,
+    );
+    counter(
       'kvplane_grpc_cut_off_total',
       'gRPC subscribers cut off for falling behind (RESOURCE_EXHAUSTED)',
       () => grpc().cutOff,

@@ -23,19 +23,28 @@ fn i32_of(v: u64, what: &str) -> KvResult<i32> {
   i32::try_from(v).map_err(|_| decode_error(format!("protobuf: {what} {v} overflows int32")))
 }
 
-/// Reads a `SubscribeKvEventsRequest`: its `start_sequence_number` (0 when absent). Other
-/// fields (`load_records_before_first_batch`, newer ones) are skipped.
-pub fn decode_subscribe_request(bytes: &[u8]) -> KvResult<u64> {
+/// A `SubscribeKvEventsRequest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SubscribeRequest {
+  /// `start_sequence_number` (0 when absent: the current state).
+  pub start: u64,
+  /// `load_records_before_first_batch`: the subscriber takes `load_only` batches numbered 0.
+  pub load_records_early: bool,
+}
+
+/// Reads a `SubscribeKvEventsRequest`; newer fields are skipped.
+pub fn decode_subscribe_request(bytes: &[u8]) -> KvResult<SubscribeRequest> {
   let mut p = Reader::new(bytes);
-  let mut start = 0;
+  let mut out = SubscribeRequest::default();
   while !p.done() {
     let (field, wire) = p.key()?;
     match field {
-      SUBSCRIBE_START_SEQUENCE_NUMBER => start = p.varint_field(wire)?,
+      SUBSCRIBE_START_SEQUENCE_NUMBER => out.start = p.varint_field(wire)?,
+      SUBSCRIBE_LOAD_RECORDS_EARLY => out.load_records_early = p.varint_field(wire)? != 0,
       _ => p.skip(wire)?,
     }
   }
-  Ok(start)
+  Ok(out)
 }
 
 pub fn decode_batch(bytes: &[u8]) -> KvResult<DecodedProtoBatch> {

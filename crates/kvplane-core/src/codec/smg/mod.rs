@@ -6,18 +6,21 @@
 
 mod decode;
 mod encode;
+mod load;
 mod snapshot;
 #[cfg(test)]
 mod tests;
 
-pub use decode::{decode_batch, decode_subscribe_request, DecodedProtoBatch};
+pub use decode::{decode_batch, decode_subscribe_request, DecodedProtoBatch, SubscribeRequest};
 pub use encode::{encode_batch, encode_health_response, encode_subscribe_request, HealthForm};
+pub use load::{get_loads_request, EngineLoads, RecordOpts};
 pub use snapshot::{SnapshotChunks, SNAPSHOT_CHUNK_BLOCKS};
 
 // Field numbers, per message (proto/common.proto).
 
 // `SubscribeKvEventsRequest`
 const SUBSCRIBE_START_SEQUENCE_NUMBER: u32 = 1;
+const SUBSCRIBE_LOAD_RECORDS_EARLY: u32 = 2;
 
 // `KvEventBatch`
 const BATCH_SEQUENCE_NUMBER: u32 = 1;
