@@ -4,13 +4,16 @@
 // skipped); prints "ready" once all streams are
 // open, then one JSON line when every subscriber has `batches` batches (or its stream ended).
 //
-//   node bench/grpc_sub.mjs ADDRESS SUBSCRIBERS BATCHES [events]   (events: BATCHES counts events)
+//   node bench/grpc_sub.mjs ADDRESS SUBSCRIBERS BATCHES [events|batches] [FROM]
+//   (events: BATCHES counts events; FROM: subscribe from that seq, live, instead of from 0, which
+//   is a snapshot of the index first)
 import { credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
-import { subscribeDefinition } from '../dist/index.mjs';
+import { encodeSubscribeRequest, subscribeDefinition } from '../dist/index.mjs';
 
 const [address, subscribers, batches] = [process.argv[2], Number(process.argv[3]), Number(process.argv[4])];
 /** With `events` after BATCHES, a subscriber is done after that many events instead of batches. */
 const byEvents = process.argv[5] === 'events';
+const from = BigInt(process.argv[6] ?? 0);
 const Client = makeGenericClientConstructor(subscribeDefinition('vllm.grpc.engine.VllmEngine'), 'kv');
 
 function varint(buf, at) {
@@ -80,7 +83,7 @@ for (let k = 0; k < subscribers; k++) {
     status: null,
   };
   subs.push(s);
-  const call = client.SubscribeKvEvents(Buffer.alloc(0));
+  const call = client.SubscribeKvEvents(encodeSubscribeRequest(from));
   call.on('metadata', () => {
     if (++open === subscribers) process.stdout.write('ready\n');
   });

@@ -11,6 +11,7 @@
 //      (target <= 100 us).
 //
 //   npm run build && node bench/smg.mjs [--blocks 1000000] [--chunk-blocks 4096] [--only snapshot]
+//                                       [--snapshot-client node|python]
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
@@ -28,8 +29,12 @@ const LIVE_BATCHES = 2000;
 const LIVE_EVENTS = 32;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** The new subscriber's client: grpc-js (`node`, default) or grpcio (`python`, gRPC's C core). */
+const SNAPSHOT_CLIENT = args.includes('--snapshot-client') ? args[args.indexOf('--snapshot-client') + 1] : 'node';
+
 function child(script, argv) {
-  const proc = spawn(process.execPath, [new URL(script, import.meta.url).pathname, ...argv]);
+  const path = new URL(script, import.meta.url).pathname;
+  const proc = script.endsWith('.py') ? spawn('python3', [path, ...argv]) : spawn(process.execPath, [path, ...argv]);
   proc.stderr.pipe(process.stderr);
   const lines = createInterface({ input: proc.stdout });
   const queue = [];
@@ -76,8 +81,16 @@ async function snapshotFigures() {
   const resident = pub.indexer.stats().blocks;
   console.error(`resident blocks: ${resident} (built in ${((performance.now() - t0) / 1000).toFixed(1)} s)`);
 
-  // Publishes coalesce into batches, so the subscribers wait for the events rather than a batch count.
-  const subs = child('./grpc_sub.mjs', [address, String(SUBSCRIBERS), String(LIVE_BATCHES * LIVE_EVENTS), 'events']);
+  // Publishes coalesce into batches, so the subscribers wait for the events rather than a batch
+  // count. They subscribe live, from the next seq (from 0, each would get a snapshot first, which
+  // folds in whatever was published before its turn came).
+  const subs = child('./grpc_sub.mjs', [
+    address,
+    String(SUBSCRIBERS),
+    String(LIVE_BATCHES * LIVE_EVENTS),
+    'events',
+    String(pub.indexer.lastSeq + 1n),
+  ]);
   if ((await subs.line()) !== 'ready') throw new Error('subscribers not ready');
   console.error('16 subscribers ready');
   const subsDone = subs.line();
@@ -112,7 +125,10 @@ async function snapshotFigures() {
     if (sent >= LIVE_BATCHES / 4 && snapshotResult === undefined) {
       // A new subscriber from 0, a quarter into the stream.
       snapshotting = true;
-      const one = child('./grpc_sub.mjs', [address, '1', '1']);
+      const one =
+        SNAPSHOT_CLIENT === 'python'
+          ? child('./grpc_snap_sub.py', [address])
+          : child('./grpc_sub.mjs', [address, '1', '1']);
       snapshotResult = one
         .line()
         .then(() => one.line())
@@ -179,16 +195,24 @@ async function proxyFigures() {
   const enginePort = Number(await engine.line());
   const proxy = child('./grpc_proxy.mjs', [`127.0.0.1:${enginePort}`]);
   const proxyPort = Number(await proxy.line());
+  // The floor of any Node proxy here: HTTP/2 streams passed through with Node's http2, no gRPC library.
+  const forward = child('./http2_forward.mjs', [`127.0.0.1:${enginePort}`]);
+  const forwardPort = Number(await forward.line());
   const direct = await timeCalls(`127.0.0.1:${enginePort}`, 5000);
   const proxied = await timeCalls(`127.0.0.1:${proxyPort}`, 5000);
+  const forwarded = await timeCalls(`127.0.0.1:${forwardPort}`, 5000);
   const direct2 = await timeCalls(`127.0.0.1:${enginePort}`, 5000);
   engine.proc.kill();
   proxy.proc.kill();
+  forward.proc.kill();
   const directP99 = Math.min(direct.p99_us, direct2.p99_us);
   return {
     direct,
     direct_again: direct2,
     proxied,
+    http2_forward: forwarded,
+    forward_added_p50_us: +(forwarded.p50_us - Math.min(direct.p50_us, direct2.p50_us)).toFixed(1),
+    forward_added_p99_us: +(forwarded.p99_us - directP99).toFixed(1),
     added_p50_us: +(proxied.p50_us - Math.min(direct.p50_us, direct2.p50_us)).toFixed(1),
     added_p99_us: +(proxied.p99_us - directP99).toFixed(1),
   };
