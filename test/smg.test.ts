@@ -327,7 +327,8 @@ function unary(
 describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
   it('forwards unary and streaming calls as bytes, with metadata, status, cancellation and deadlines', async () => {
     const engine = await upstreamEngine();
-    const { address } = await node({ upstream: engine.address, services: [VLLM] });
+    // (No load records: the GetLoads seen here are the caller's only.)
+    const { address } = await node({ upstream: engine.address, services: [VLLM], loadPollMs: 0 });
     const c = engineClient(address);
     const md = new Metadata();
     md.set('x-request-tag', 'r1');
@@ -372,6 +373,7 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     let healthy = true;
     const { pub, address } = await node({
       upstream: engine.address,
+      loadPollMs: 0, // this engine never answers GetLoads
       health: () => ({ healthy, message: 'KV event source vllm: disconnected' }),
     });
     expect(await runGrpcPeer(['health', address, 'vllm'])).toEqual([{ healthy: true, message: 'engine' }]);
@@ -394,7 +396,7 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
 
   it('with a bearer token, proxied calls need it and it is not passed to the engine', async () => {
     const engine = await upstreamEngine();
-    const { address } = await node({ upstream: engine.address, services: [VLLM], authToken: 's3cret' });
+    const { address } = await node({ upstream: engine.address, services: [VLLM], authToken: 's3cret', loadPollMs: 0 });
     const c = engineClient(address);
     const none = await unary(c, 'GetModelInfo', Buffer.from([1]));
     expect(none.err?.code).toBe(status.UNAUTHENTICATED);
