@@ -47,6 +47,13 @@ interface Dump {
   TreeDump: { workers: Array<{ dp_rank: number; events: Array<{ block_hashes: number[] }> }> };
 }
 
+/** An engine message's seq frame: 8 bytes, big-endian. */
+function seq(n: number | bigint): Buffer {
+  const b = Buffer.alloc(8);
+  b.writeBigUInt64BE(BigInt(n));
+  return b;
+}
+
 async function dumpedBlocks(http: string): Promise<number[]> {
   const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
   return d.TreeDump.workers.flatMap((w) => w.events.flatMap((e) => e.block_hashes)).sort((a, b) => a - b);
@@ -119,11 +126,6 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     cleanup.push(() => engine.close());
     await engine.bind('tcp://127.0.0.1:*');
     const { http, node } = await relayNode(['--engine', 'vllm', '--engine-endpoint', engine.lastEndpoint as string]);
-    const seq = (n: bigint) => {
-      const b = Buffer.alloc(8);
-      b.writeBigUInt64BE(n);
-      return b;
-    };
     const batch = (n: number) => encodeBatch({ seq: 0n, ts: 1, dpRank: null, events: [stored(n, null)] }, 'vllm');
     const empty = Buffer.alloc(0);
     await engine.send([empty, seq(0n), batch(1)]);
@@ -153,11 +155,6 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
   }, 30_000);
 
   it('relays engine batches that arrive together as one batch (--engine-coalesce), each event once, in order', async () => {
-    const seq = (n: number) => {
-      const b = Buffer.alloc(8);
-      b.writeBigUInt64BE(BigInt(n));
-      return b;
-    };
     // Engine batch i (from 0) stores block i + 1 under ts i + 1.
     const batch = (i: number) =>
       encodeBatch({ seq: 0n, ts: i + 1, dpRank: null, events: [stored(i + 1, null)] }, 'vllm');
@@ -222,11 +219,6 @@ print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6
       '--engine-dp-size',
       '2',
     ]);
-    const seq = (n: number) => {
-      const b = Buffer.alloc(8);
-      b.writeBigUInt64BE(BigInt(n));
-      return b;
-    };
     for (let i = 0; i < 4; i++) await engine.send([Buffer.alloc(0), seq(i), payloads[i]]);
     const ranksOf = async () => {
       const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
