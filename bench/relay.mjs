@@ -10,6 +10,9 @@
 //   1. top rate: at most 512 batches in flight (sent, not yet received downstream) for --seconds;
 //   2. added latency at half that rate, open loop: receive time - the batch's ts, p50 / p99.
 //
+// kvplane also reports its own time per engine batch (read off the engine's socket to handed to its
+// outputs, over its last 8,192 batches: the end of the half-rate step), from its /healthz.
+//
 // `direct` is the engine read straight by the subscriber (no relay), at kvplane's half rate: the
 // latency floor of this setup, subtracted to give kvplane's added latency. `--half-rate N`
 // (events/s) sets the latency step's rate for all three instead.
@@ -115,6 +118,7 @@ async function startRelay(kind, engineEndpoint) {
   }
   if (kind === 'kvplane') {
     const grpcPort = await freePort();
+    const httpPort = await freePort();
     const proc = spawn(process.execPath, [
       // e.g. KVPLANE_BENCH_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof' to profile the relay
       ...(process.env.KVPLANE_BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
@@ -129,7 +133,7 @@ async function startRelay(kind, engineEndpoint) {
       '--replay-endpoint',
       'none',
       '--http-port',
-      'none',
+      String(httpPort),
       '--grpc-host',
       '127.0.0.1',
       '--grpc-port',
@@ -155,6 +159,11 @@ async function startRelay(kind, engineEndpoint) {
     }
     return {
       endpoint: serving.endpoint,
+      /** The relay's own time per engine batch over its last 8,192 (read off the socket to handed to its outputs). */
+      async internal() {
+        const health = await (await fetch(`http://127.0.0.1:${httpPort}/healthz`)).json();
+        return health.sources[0].stats.relayLatencyMs;
+      },
       async stop() {
         grpc?.kill();
         proc.kill('SIGTERM');
@@ -275,6 +284,7 @@ async function measure(kind, batches, halfRate) {
   }
   for (let i = 0; i < 100 && received - before < sentHalf; i++) await sleep(20);
   const lost = sentHalf - (received - before);
+  const internal = await relay.internal?.();
   const sorted = latencies.sort((a, b) => a - b);
   sub.close();
   await reading;
@@ -287,6 +297,7 @@ async function measure(kind, batches, halfRate) {
     latency_ms_p50: +pct(sorted, 50).toFixed(3),
     latency_ms_p99: +pct(sorted, 99).toFixed(3),
     lost_at_half_rate: lost,
+    ...(internal && { relay_own_ms_p50: internal.p50, relay_own_ms_p99: internal.p99, relay_own_ms_max: internal.max }),
   };
 }
 

@@ -192,6 +192,15 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
       }
       if (coalesce === 1) expect(stores).toHaveLength(300);
       else expect(stores.length).toBeLessThan(300);
+      // The relay's own time per engine batch, read off the socket to handed to the outputs.
+      const health = (await (await fetch(`${http}/healthz`)).json()) as {
+        sources: Array<{ stats: { relayLatencyMs: { count: number; p50: number; p99: number; max: number } } }>;
+      };
+      const l = health.sources[0]?.stats.relayLatencyMs;
+      expect(l?.count).toBe(300);
+      expect(0 <= (l?.p50 ?? -1) && (l?.p50 ?? 0) <= (l?.p99 ?? 0) && (l?.p99 ?? 0) <= (l?.max ?? 0)).toBe(true);
+      const metrics = await (await fetch(`${http}/metrics`)).text();
+      expect(metrics).toMatch(/^kvplane_engine_relay_latency_seconds\{source="vllm",quantile="0\.99"\} \S+$/m);
     }
   }, 30_000);
 

@@ -9,6 +9,8 @@
 export interface EngineBatch {
   seq: bigint;
   payload: Buffer;
+  /** When the relay read it off the live socket (`performance.now()`); absent for replayed ones. */
+  receivedAt?: number;
 }
 
 /** What the relay does for one rank, in order. */

@@ -5,6 +5,7 @@ import { endpointForRank, zmqAddress } from '../../transports/zmq/config.js';
 import { END_OF_REPLAY, seqFrame } from '../../transports/zmq/writer.js';
 import { type EventSink, type EventSource, type RelaySink, relaySink, type SourceHealth } from '../source.js';
 import { type EngineBatch, type FollowerCounters, type FollowStep, RankFollower } from './follower.js';
+import { RelayLatency } from './latency.js';
 
 /**
  * A vLLM, SGLang or TensorRT-LLM engine's ZMQ KV-event publisher, as `kvplane serve --engine
@@ -148,7 +149,7 @@ class RankLink {
           this.#source.warn('malformed engine message skipped', { rank: this.rank, frames: frames.length });
           continue;
         }
-        this.#run(this.follower.live({ seq: seq.readBigUInt64BE(), payload }));
+        this.#run(this.follower.live({ seq: seq.readBigUInt64BE(), payload, receivedAt: performance.now() }));
         // More already arrived: it joins what waits, up to the cap.
         if (this.#sub.closed || !this.#sub.readable) this.#relayWaiting();
       }
@@ -181,10 +182,16 @@ class RankLink {
     const batches = this.#waiting;
     if (batches.length === 0) return;
     this.#waiting = [];
-    if (batches.length > 1 && this.#relay(batches.map((b) => b.payload)) === null) return;
+    if (batches.length > 1 && this.#relay(batches.map((b) => b.payload)) === null) {
+      for (const b of batches) this.#relayed(b);
+      return;
+    }
     for (const b of batches) {
       const err = this.#relay(b.payload);
-      if (err === null) continue;
+      if (err === null) {
+        this.#relayed(b);
+        continue;
+      }
       this.undecodable++;
       this.#source.warn('undecodable engine batch skipped; rank cleared', {
         rank: this.rank,
@@ -193,6 +200,10 @@ class RankLink {
       });
       this.#run(this.follower.lost());
     }
+  }
+
+  #relayed(b: EngineBatch): void {
+    if (b.receivedAt !== undefined) this.#source.latency.add(b.receivedAt);
   }
 
   /** Relays payloads; the decode error if one does not decode (then nothing was published). */
@@ -256,6 +267,8 @@ export class EngineZmqSource implements EventSource {
   readonly kind = 'zmq';
   readonly options: EngineZmqOptions;
   readonly dialect: Dialect;
+  /** Live batches' time in the relay, read off the engine's socket to handed to the outputs. */
+  readonly latency = new RelayLatency();
   #links: RankLink[] = [];
 
   constructor(options: EngineZmqOptions) {
@@ -321,7 +334,7 @@ export class EngineZmqSource implements EventSource {
   }
 
   stats(): Record<string, unknown> {
-    return { ranks: this.ranks() };
+    return { ranks: this.ranks(), relayLatencyMs: this.latency.summary() };
   }
 
   /** Per DP rank, the engine batches before the relay's record of it that it never saw. */

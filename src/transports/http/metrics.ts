@@ -1,5 +1,6 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { KvEventPublisher } from '../../publisher.js';
+import type { LatencySummary } from '../../sources/engine/latency.js';
 import type { RankStats } from '../../sources/engine/zmq_source.js';
 import type { GrpcStats } from '../grpc/server.js';
 
@@ -180,6 +181,25 @@ function engineRankMetrics(
       this.reset();
       for (const { source, r } of ranks()) {
         if (r.lastEngineSeq !== undefined) this.set({ source, rank: r.rank }, Number(r.lastEngineSeq ?? -1n));
+      }
+    },
+  });
+  new Gauge({
+    name: 'kvplane_engine_relay_latency_seconds',
+    help: "Time engine batches spend in the relay, read off the engine's socket to handed to the outputs, over its last 8192 batches (quantile 1: the most)",
+    labelNames: ['source', 'quantile'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const src of sources) {
+        const l = src.stats?.().relayLatencyMs as LatencySummary | undefined;
+        if (!l || l.count === 0) continue;
+        for (const [quantile, ms] of [
+          ['0.5', l.p50],
+          ['0.99', l.p99],
+          ['1', l.max],
+        ] as const)
+          this.set({ source: src.name, quantile }, ms / 1000);
       }
     },
   });
