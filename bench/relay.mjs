@@ -18,7 +18,7 @@
 // (events/s) sets the latency step's rate for all three instead.
 //
 //   node bench/relay.mjs [--seconds 10] [--events 32] [--only direct|kvplane|python] [--half-rate N]
-//                        [--coalesce N] [--no-grpc] [--spin]
+//                        [--coalesce-bytes N] [--no-grpc] [--spin]
 import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { createServer } from 'node:net';
@@ -34,8 +34,8 @@ const halfRateFlag = flag('--half-rate', null);
 const halfRate = halfRateFlag === null ? null : Number(halfRateFlag);
 /** The closed loop waits for the relay by spinning on setImmediate (see the wait below). */
 const spin = args.includes('--spin');
-/** kvplane's --engine-coalesce (default: the relay's own). */
-const coalesce = flag('--coalesce', null);
+/** kvplane's --engine-coalesce-bytes (default: the relay's own). */
+const coalesce = flag('--coalesce-bytes', null);
 /** Events per engine batch: half single-block stores (chains of 4), half removals. */
 const EVENTS = Number(flag('--events', '32'));
 const STORES = EVENTS / 2;
@@ -142,7 +142,7 @@ async function startRelay(kind, engineEndpoint) {
       '100000',
       '--status-interval',
       '60',
-      ...(coalesce === null ? [] : ['--engine-coalesce', coalesce]),
+      ...(coalesce === null ? [] : ['--engine-coalesce-bytes', coalesce]),
     ]);
     proc.stderr.pipe(process.stderr);
     // e.g. KVPLANE_BENCH_RELAY_LOG=/tmp/relay.log with --trace-gc: the relay's stdout, kept
@@ -212,7 +212,7 @@ async function measure(kind, batches, halfRate) {
   await sleep(1000);
 
   // Counted in engine batches' worth of events: kvplane relays engine batches that were waiting
-  // together as one (--engine-coalesce), under the oldest one's ts, so each event of it is
+  // together as one (--engine-coalesce-bytes), under the oldest one's ts, so each event of it is
   // counted with the oldest one's latency.
   let received = 0;
   let latencies = null;

@@ -154,11 +154,12 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     expect(metrics).toMatch(/^kvplane_engine_rank_connected\{source="vllm",rank="0"\} 1$/m);
   }, 30_000);
 
-  it('relays engine batches that arrive together as one batch (--engine-coalesce), each event once, in order', async () => {
+  it('relays engine batches that arrive together as one batch (--engine-coalesce-bytes), each event once, in order', async () => {
     // Engine batch i (from 0) stores block i + 1 under ts i + 1.
     const batch = (i: number) =>
       encodeBatch({ seq: 0n, ts: i + 1, dpRank: null, events: [stored(i + 1, null)] }, 'vllm');
-    for (const coalesce of [64, 1]) {
+    // Each engine batch is one store of about 100 bytes: 2,000 bytes take 20 of them, 0 one.
+    for (const coalesce of [2000, 0]) {
       const engine = new Publisher({ linger: 0, sendHighWaterMark: 0 });
       cleanup.push(() => engine.close());
       await engine.bind('tcp://127.0.0.1:*');
@@ -167,7 +168,7 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
         'vllm',
         '--engine-endpoint',
         engine.lastEndpoint as string,
-        '--engine-coalesce',
+        '--engine-coalesce-bytes',
         String(coalesce),
       ]);
       // Sent at once: they wait together at the relay's socket.
@@ -188,9 +189,9 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
       for (const b of stores) {
         expect(b.dp_rank).toBe(0);
         expect(b.ts).toBe(b.events[0]?.block_hashes?.[0]);
-        expect(b.events.length).toBeLessThanOrEqual(coalesce);
+        expect(b.events.length).toBeLessThanOrEqual(coalesce === 0 ? 1 : 20);
       }
-      if (coalesce === 1) expect(stores).toHaveLength(300);
+      if (coalesce === 0) expect(stores).toHaveLength(300);
       else expect(stores.length).toBeLessThan(300);
       // The relay's own time per engine batch, read off the socket to handed to the outputs.
       const health = (await (await fetch(`${http}/healthz`)).json()) as {

@@ -27,8 +27,8 @@ export interface EngineSettings {
   topic?: string;
   /** The relay's own receive HWM per rank, in messages. */
   receiveHwm?: number;
-  /** Engine batches waiting together on a rank relayed as one, at most. */
-  coalesce?: number;
+  /** Payload bytes of engine batches waiting together on a rank relayed as one, at most. */
+  coalesceBytes?: number;
 }
 
 function engineZmq(engine: 'vllm' | 'sglang' | 'trtllm', s: SourceSettings): EngineZmqSource {

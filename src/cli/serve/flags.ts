@@ -45,9 +45,9 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: "vllm/sglang/trtllm: the relay's own receive HWM per rank, in messages (default 10000); past it the engine's batches are dropped and fetched again from its replay",
     apply: (c, v) => (c.engineSource.receiveHwm = int('engine-hwm', v)),
   },
-  'engine-coalesce': {
-    help: 'vllm/sglang/trtllm: engine batches found waiting together on a rank relayed as one outbound batch, at most (default 64; 1: one outbound batch per engine batch)',
-    apply: (c, v) => (c.engineSource.coalesce = int('engine-coalesce', v)),
+  'engine-coalesce-bytes': {
+    help: 'vllm/sglang/trtllm: engine batches found waiting together on a rank are relayed as one outbound batch of up to this many payload bytes (default 65536; 0: one outbound batch per engine batch)',
+    apply: (c, v) => (c.engineSource.coalesceBytes = int('engine-coalesce-bytes', v)),
   },
   'engine-url': {
     help: "trtllm: trtllm-serve's URL, http://HOST:PORT, whose POST /kv_cache_events is polled (instead of ZMQ)",
