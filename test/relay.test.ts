@@ -47,6 +47,14 @@ interface Dump {
   TreeDump: { workers: Array<{ dp_rank: number; events: Array<{ block_hashes: number[] }> }> };
 }
 
+/** A bare engine-side ZMQ PUB (messages built by the test), bound on a free port. */
+async function rawEngine(): Promise<Publisher> {
+  const engine = new Publisher({ linger: 0, sendHighWaterMark: 0 });
+  cleanup.push(() => engine.close());
+  await engine.bind('tcp://127.0.0.1:*');
+  return engine;
+}
+
 /** An engine message's seq frame: 8 bytes, big-endian. */
 function seq(n: number | bigint): Buffer {
   const b = Buffer.alloc(8);
@@ -122,9 +130,7 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
   }, 60_000);
 
   it('counts and skips bad input from an engine and keeps relaying', async () => {
-    const engine = new Publisher({ linger: 0 });
-    cleanup.push(() => engine.close());
-    await engine.bind('tcp://127.0.0.1:*');
+    const engine = await rawEngine();
     const { http, node } = await relayNode(['--engine', 'vllm', '--engine-endpoint', engine.lastEndpoint as string]);
     const batch = (n: number) => encodeBatch({ seq: 0n, ts: 1, dpRank: null, events: [stored(n, null)] }, 'vllm');
     const empty = Buffer.alloc(0);
@@ -160,9 +166,7 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
       encodeBatch({ seq: 0n, ts: i + 1, dpRank: null, events: [stored(i + 1, null)] }, 'vllm');
     // Each engine batch is one store of about 100 bytes: 2,000 bytes take 20 of them, 0 one.
     for (const coalesce of [2000, 0]) {
-      const engine = new Publisher({ linger: 0, sendHighWaterMark: 0 });
-      cleanup.push(() => engine.close());
-      await engine.bind('tcp://127.0.0.1:*');
+      const engine = await rawEngine();
       const { http } = await relayNode([
         '--engine',
         'vllm',
@@ -218,9 +222,7 @@ ev = lambda h: {"type": "BlockStored", "block_hashes": [h], "parent_block_hash":
 print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6)]))`,
       ]).toString(),
     ).map((h: string) => Buffer.from(h, 'hex'));
-    const engine = new Publisher({ linger: 0 });
-    cleanup.push(() => engine.close());
-    await engine.bind('tcp://127.0.0.1:*');
+    const engine = await rawEngine();
     const { http } = await relayNode([
       '--engine',
       'trtllm',
