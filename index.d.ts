@@ -193,6 +193,9 @@ export interface DecodedOut {
   unknownEvents: number
 }
 
+/** Reads a msgpack `/kv_recover` answer (what a router recovering from a node gets). */
+export declare function decodeRecoverAnswer(bytes: Buffer): RecoveryOut
+
 /** Reads SMG's `SubscribeKvEventsRequest`. */
 export declare function decodeSubscribeRequest(bytes: Buffer): SubscribeRequestOut
 

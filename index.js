@@ -842,6 +842,7 @@ module.exports.RecoverChunks = nativeBinding.RecoverChunks
 module.exports.SnapshotStream = nativeBinding.SnapshotStream
 module.exports.clockFirstSeq = nativeBinding.clockFirstSeq
 module.exports.decodeBatches = nativeBinding.decodeBatches
+module.exports.decodeRecoverAnswer = nativeBinding.decodeRecoverAnswer
 module.exports.decodeSubscribeRequest = nativeBinding.decodeSubscribeRequest
 module.exports.encodeBatch = nativeBinding.encodeBatch
 module.exports.encodeHealthResponse = nativeBinding.encodeHealthResponse

@@ -1,5 +1,6 @@
 import { callNative, KvPlaneError } from './errors.js';
 import type { KvEventBatch, KvEventBatchOut } from './events.js';
+import type { Recovery } from './indexer.js';
 import native from './native.js';
 
 /**
@@ -43,6 +44,15 @@ function bytesOf(bytes: Uint8Array | string): Buffer {
 export function decodeBatches(bytes: Uint8Array | string, dialect: Dialect): DecodedBatches {
   const buf = bytesOf(bytes);
   return callNative(() => native.decodeBatches(buf, dialect)) as DecodedBatches;
+}
+
+/**
+ * Reads a `/kv_recover` answer in msgpack (`format=msgpack`; docs/protocol.md#http-kv_recover) as
+ * the same `Recovery` an indexer's `getEvents` returns (`ERR_DECODE` if it is not one).
+ */
+export function decodeRecoverAnswer(bytes: Uint8Array): Recovery {
+  const buf = bytesOf(bytes);
+  return callNative(() => native.decodeRecoverAnswer(buf)) as Recovery;
 }
 
 /** Decodes a payload that holds one batch (every dialect but a multi-rank `trtllm_json` list). */

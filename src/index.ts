@@ -3,6 +3,7 @@ export {
   type Dialect,
   decodeBatch,
   decodeBatches,
+  decodeRecoverAnswer,
   type EncodeFormat,
   encodeBatch,
 } from './codec.js';

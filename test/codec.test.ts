@@ -5,6 +5,7 @@ import {
   type Dialect,
   decodeBatch,
   decodeBatches,
+  decodeRecoverAnswer,
   type EncodeFormat,
   encodeBatch,
   type KvEventBatch,
@@ -226,5 +227,24 @@ describe('/kv_recover answers', () => {
     };
     expect(ev.Events.batches.map((b) => BigInt(b.seq))).toEqual([4n]);
     await expect(ix.recover(1n, 2n, 'xml' as 'json')).rejects.toMatchObject({ code: 'ERR_INVALID_ARG' });
+  });
+
+  it('reads a msgpack answer back as the indexer gives it (a router recovering from a node)', async () => {
+    using ix = indexer();
+    // Events (a bounded part, with the seq to ask next), the tree dump, and the two refusals.
+    for (const [start, end] of [
+      [3n, 4n],
+      [4n, 4n],
+      [undefined, undefined],
+      [9n, undefined],
+      [4n, 3n],
+    ] as const) {
+      const read = decodeRecoverAnswer(await ix.recover(start, end, 'msgpack'));
+      expect(read).toEqual(start === undefined ? await ix.dumpTree() : ix.getEvents(start, end));
+    }
+    expect(decodeRecoverAnswer(await ix.recover(1n, undefined, 'msgpack')).kind).toBe('TreeDump');
+    expect(() => decodeRecoverAnswer(Buffer.from('{"TooNew":{}}'))).toThrow(
+      expect.objectContaining({ code: 'ERR_DECODE' }),
+    );
   });
 });

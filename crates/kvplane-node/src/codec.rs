@@ -82,3 +82,13 @@ pub fn encode_health_response(
     Ok(codec::smg::encode_health_response(form, healthy, &message).into())
   })
 }
+
+/// Reads a msgpack `/kv_recover` answer (what a router recovering from a node gets).
+#[napi(ts_return_type = "RecoveryOut")]
+pub fn decode_recover_answer(bytes: Buffer) -> Result<crate::outputs::RecoveryOut, Code> {
+  guard_js(|| {
+    Ok(crate::outputs::recovery_out(codec::recover::from_msgpack(
+      &bytes,
+    )?))
+  })
+}

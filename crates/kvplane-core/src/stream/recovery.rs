@@ -6,7 +6,7 @@ use crate::event::Batch;
 use crate::index::WorkerDump;
 
 /// The answer to a recovery request for `start..=end`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Recovery {
   /// The range is in the log: batches `start..=min(end, last_seq)`, or the first of them when
   /// the answer is bounded, with `next_start` the seq to ask for next.

@@ -13,9 +13,11 @@
 //! out here too.
 
 mod chunks;
+mod decode;
 mod json;
 
 pub use chunks::{AnswerCursor, CHUNK_BYTES};
+pub use decode::from_msgpack;
 
 use crate::stream::Recovery;
 

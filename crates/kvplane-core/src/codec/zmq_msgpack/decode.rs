@@ -213,7 +213,7 @@ pub(super) fn tag_of(name: &[u8]) -> Tag {
 }
 
 /// One event, map or legacy array; `None` for an unknown tag.
-fn decode_event(r: &mut Reader<'_>) -> KvResult<Option<KvEvent>> {
+pub(crate) fn decode_event(r: &mut Reader<'_>) -> KvResult<Option<KvEvent>> {
   match r.peek_kind()? {
     Kind::Map => decode_map_event(r),
     Kind::Array => legacy::decode_event(r),

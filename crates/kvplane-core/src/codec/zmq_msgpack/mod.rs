@@ -15,6 +15,7 @@ pub mod sglang;
 mod tests;
 pub mod vllm;
 
+pub(crate) use decode::decode_event;
 pub use decode::{decode_batch, DecodedBatch};
 
 use crate::codec::msgpack::Writer;
