@@ -167,7 +167,7 @@ mod tests {
       parent_block_hash: parent,
       token_ids: (0..8).map(|t| (h as u32) * 8 + t).collect(),
       block_size: 4,
-      lora_name: (h % 2 == 0).then(|| "adapter".to_string()),
+      lora_name: h.is_multiple_of(2).then(|| "adapter".to_string()),
       medium: Some("GPU".into()),
       ..Default::default()
     }
