@@ -87,6 +87,16 @@ fn worker(r: &mut Reader<'_>) -> KvResult<WorkerDump> {
   Ok(w)
 }
 
+/// An array, each item read by `item`.
+fn list<T>(r: &mut Reader<'_>, item: fn(&mut Reader<'_>) -> KvResult<T>) -> KvResult<Vec<T>> {
+  let n = r.read_array_len()?;
+  let mut out = Vec::with_capacity(n);
+  for _ in 0..n {
+    out.push(item(r)?);
+  }
+  Ok(out)
+}
+
 /// Reads a whole msgpack `/kv_recover` answer.
 pub fn from_msgpack(bytes: &[u8]) -> KvResult<Recovery> {
   let mut r = Reader::new(bytes);
@@ -105,22 +115,8 @@ pub fn from_msgpack(bytes: &[u8]) -> KvResult<Recovery> {
       b"next_start" if r.try_nil() => next_start = None,
       b"next_start" => next_start = Some(u64_of(&mut r, "next_start")?),
       b"reason" => reason = Some(r.read_str()?.to_owned()),
-      b"batches" => {
-        let n = r.read_array_len()?;
-        let mut v = Vec::with_capacity(n);
-        for _ in 0..n {
-          v.push(batch(&mut r)?);
-        }
-        batches = Some(v);
-      }
-      b"workers" => {
-        let n = r.read_array_len()?;
-        let mut v = Vec::with_capacity(n);
-        for _ in 0..n {
-          v.push(worker(&mut r)?);
-        }
-        workers = Some(v);
-      }
+      b"batches" => batches = Some(list(&mut r, batch)?),
+      b"workers" => workers = Some(list(&mut r, worker)?),
       _ => r.skip()?,
     }
   }
