@@ -158,41 +158,55 @@ pub struct RecoverChunks {
 impl RecoverChunks {
   /// The next chunk, or `null` once the answer is complete.
   #[napi(ts_return_type = "Promise<Buffer | null>")]
-  pub fn next(&self) -> AsyncTask<Coded<NextChunk>> {
-    Coded::task(NextChunk {
-      encoding: self.encoding.clone(),
-    })
+  pub fn next(&self) -> AsyncTask<Coded<NextChunk<Encoding>>> {
+    Coded::task(NextChunk(self.encoding.clone()))
   }
 
   /// Drops the rest of the answer (a client that went away).
   #[napi]
   pub fn release(&self) {
-    self
-      .encoding
-      .lock()
-      .unwrap_or_else(|p| p.into_inner())
-      .take();
+    release(&self.encoding);
   }
 }
 
-pub struct NextChunk {
-  encoding: Arc<Mutex<Option<Encoding>>>,
+/// Something read as a sequence of encoded chunks, one per `next_chunk`, `None` after the last.
+pub trait ChunkSource: Send + 'static {
+  fn next_chunk(&mut self) -> Option<Vec<u8>>;
 }
 
-impl CoreWork for NextChunk {
+impl ChunkSource for Encoding {
+  fn next_chunk(&mut self) -> Option<Vec<u8>> {
+    let (answer, cursor) = self;
+    cursor.next_chunk(answer, CHUNK_BYTES)
+  }
+}
+
+impl ChunkSource for SnapshotChunks {
+  fn next_chunk(&mut self) -> Option<Vec<u8>> {
+    SnapshotChunks::next_chunk(self).map(|(_, bytes)| bytes)
+  }
+}
+
+/// Drops what is left of a chunked answer.
+fn release<S>(source: &Mutex<Option<S>>) {
+  source.lock().unwrap_or_else(|p| p.into_inner()).take();
+}
+
+/// The next chunk of a shared source, encoded off the JS thread; the source is dropped after its
+/// last chunk.
+pub struct NextChunk<S: ChunkSource>(Arc<Mutex<Option<S>>>);
+
+impl<S: ChunkSource> CoreWork for NextChunk<S> {
   type Output = Option<Vec<u8>>;
   type JsValue = Option<Buffer>;
 
   fn run(&mut self) -> KvResult<Self::Output> {
-    let mut g = self.encoding.lock().unwrap_or_else(|p| p.into_inner());
-    let Some((answer, cursor)) = g.as_mut() else {
-      return Ok(None);
-    };
-    let chunk = cursor.next_chunk(answer, CHUNK_BYTES);
-    if cursor.is_done() {
+    let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+    let next = g.as_mut().and_then(S::next_chunk);
+    if next.is_none() {
       g.take();
     }
-    Ok(chunk)
+    Ok(next)
   }
 
   fn output(output: Self::Output) -> Option<Buffer> {
@@ -281,40 +295,13 @@ pub struct SnapshotStream {
 impl SnapshotStream {
   /// The next chunk's bytes, or `null` after the last.
   #[napi(ts_return_type = "Promise<Buffer | null>")]
-  pub fn next(&self) -> AsyncTask<Coded<NextSnapshotChunk>> {
-    Coded::task(NextSnapshotChunk {
-      chunks: self.chunks.clone(),
-    })
+  pub fn next(&self) -> AsyncTask<Coded<NextChunk<SnapshotChunks>>> {
+    Coded::task(NextChunk(self.chunks.clone()))
   }
 
   /// Drops the rest of the snapshot (a subscriber that went away).
   #[napi]
   pub fn release(&self) {
-    self.chunks.lock().unwrap_or_else(|p| p.into_inner()).take();
-  }
-}
-
-pub struct NextSnapshotChunk {
-  chunks: Arc<Mutex<Option<SnapshotChunks>>>,
-}
-
-impl CoreWork for NextSnapshotChunk {
-  type Output = Option<Vec<u8>>;
-  type JsValue = Option<Buffer>;
-
-  fn run(&mut self) -> KvResult<Self::Output> {
-    let mut g = self.chunks.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(chunks) = g.as_mut() else {
-      return Ok(None);
-    };
-    let next = chunks.next_chunk().map(|(_, bytes)| bytes);
-    if next.is_none() {
-      g.take();
-    }
-    Ok(next)
-  }
-
-  fn output(output: Self::Output) -> Option<Buffer> {
-    output.map(Buffer::from)
+    release(&self.chunks);
   }
 }
