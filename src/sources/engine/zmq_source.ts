@@ -115,7 +115,7 @@ class RankLink {
       firstSeq: source.options.firstSeq ?? ENGINE_FIRST_SEQ,
     });
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: source.options.receiveHwm ?? 10_000 });
-    this.#coalesceBytes = source.options.coalesceBytes ?? DEFAULT_COALESCE_BYTES;
+    this.#coalesceBytes = source.coalesceBytes;
   }
 
   start(): void {
@@ -283,6 +283,8 @@ export class EngineZmqSource implements EventSource {
   readonly dialect: Dialect;
   /** Live batches' time in the relay, read off the engine's socket to handed to the outputs. */
   readonly latency = new RelayLatency();
+  /** `coalesceBytes`, checked. */
+  readonly coalesceBytes: number;
   #links: RankLink[] = [];
 
   constructor(options: EngineZmqOptions) {
@@ -292,8 +294,9 @@ export class EngineZmqSource implements EventSource {
     const dpSize = options.dpSize ?? 1;
     if (!Number.isInteger(dpSize) || dpSize < 1 || dpSize > 1024)
       invalidArg(`dpSize is ${dpSize}: an integer in 1..1024`);
-    const coalesce = options.coalesceBytes ?? DEFAULT_COALESCE_BYTES;
-    if (!Number.isInteger(coalesce) || coalesce < 0) invalidArg(`coalesceBytes is ${coalesce}: an integer >= 0`);
+    this.coalesceBytes = options.coalesceBytes ?? DEFAULT_COALESCE_BYTES;
+    if (!Number.isInteger(this.coalesceBytes) || this.coalesceBytes < 0)
+      invalidArg(`coalesceBytes is ${this.coalesceBytes}: an integer >= 0`);
     for (const e of [options.endpoint, options.replayEndpoint ?? '']) {
       if (e.includes('*')) invalidArg(`${e} is a bind address: give the engine's host (tcp://HOST:PORT) to connect to`);
     }
