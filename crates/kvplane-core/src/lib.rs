@@ -11,6 +11,7 @@ pub mod hash;
 pub mod index;
 pub mod int64;
 pub mod local_indexer;
+pub mod router;
 pub mod stream;
 
 pub use error::{ErrorCode, KvError, KvResult};

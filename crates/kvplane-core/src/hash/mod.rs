@@ -19,7 +19,7 @@ pub use options::{block_size_from_f64, DEFAULT_NONE_HASH_SEED, MAX_BLOCK_SIZE};
 pub use options::{ExtraKey, HashOptions, Parent};
 pub use tokens::tokens_from_f64;
 pub use trtllm::{cache_salt_id, cache_salt_id_blake3, SaltIdHash};
-pub use xxh3::{content_hash, seq_hash, XXH3_SEED};
+pub use xxh3::{content_hash, content_hash_seeded, seq_hash, XXH3_SEED};
 
 use crate::error::{KvError, KvResult};
 

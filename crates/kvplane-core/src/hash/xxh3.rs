@@ -14,6 +14,13 @@ pub fn content_hash(block: &[u32]) -> u64 {
   xxh3_64_with_seed(&le_bytes(block), XXH3_SEED)
 }
 
+/// The content hash of one block under another seed (a LoRA or cache-salt namespace: Dynamo adds
+/// theirs to 1337).
+#[inline]
+pub fn content_hash_seeded(block: &[u32], seed: u64) -> u64 {
+  xxh3_64_with_seed(&le_bytes(block), seed)
+}
+
 /// Chains a block's content hash onto its parent's sequence hash.
 #[inline]
 pub fn seq_hash(parent: u64, content: u64) -> u64 {

@@ -140,6 +140,42 @@ impl Index {
     out
   }
 
+  /// The node indexed under `key`, if any.
+  fn node_of(&self, key: u64) -> Option<&Node> {
+    let nodes = &self.nodes;
+    self
+      .by_key
+      .get(hash32(key), |n| nodes[n as usize].key == key)
+      .map(|n| &self.nodes[n as usize])
+  }
+
+  /// How many consecutive keys from `keys[from]` on worker `w` holds (a lower tier's
+  /// continuation of a match).
+  pub fn run_from(&self, w: WorkerKey, keys: &[u64], from: usize) -> u32 {
+    let Some(&slot) = self.slots.get(&w) else {
+      return 0;
+    };
+    let mut n = 0;
+    for &key in keys.iter().skip(from) {
+      match self.node_of(key) {
+        Some(node) if self.sets.contains(node, slot) => n += 1,
+        _ => break,
+      }
+    }
+    n
+  }
+
+  /// The workers holding the block indexed under `key`.
+  pub fn holders(&self, key: u64) -> Vec<WorkerKey> {
+    let mut out = Vec::new();
+    if let Some(node) = self.node_of(key) {
+      self
+        .sets
+        .for_each(node, |s| out.push(self.workers[s as usize].key));
+    }
+    out
+  }
+
   /// Exact scan for `slots`: walk positions until each has left. With `early_exit`, stop when at
   /// most one is left and credit it with the depth reached.
   fn scan(&self, probe: &mut Probe<'_>, slots: &[u32], score: &mut [u32], early_exit: bool) {

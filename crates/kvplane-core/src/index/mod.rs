@@ -22,7 +22,7 @@ pub use matching::{MatchOptions, Matches};
 
 use crate::error::{KvError, KvResult};
 use crate::event::{check_layout, KvEvent, StoredEvent};
-use crate::hash::{content_hash, seq_hash};
+use crate::hash::{content_hash_seeded, seq_hash, XXH3_SEED};
 use node::{Node, Wide, NONE};
 use sets::Sets;
 use std::collections::HashMap;
@@ -187,6 +187,24 @@ pub struct Index {
   scratch_nodes: Vec<u32>,
 }
 
+/// How a stored event's content keys are made, beyond its tokens: the seed of each block's content
+/// hash (a LoRA or cache-salt namespace), and the key to chain the first block from when its
+/// parent is held elsewhere (another tier of a router's index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chain {
+  pub seed: u64,
+  pub from: Option<u64>,
+}
+
+impl Default for Chain {
+  fn default() -> Self {
+    Chain {
+      seed: XXH3_SEED,
+      from: None,
+    }
+  }
+}
+
 impl Index {
   pub fn new(cfg: IndexConfig) -> Index {
     Index {
@@ -247,7 +265,7 @@ impl Index {
   pub fn apply(&mut self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
     let slot = self.slot(w);
     match ev {
-      KvEvent::Stored(s) => self.store(slot, StoredBlocks::of(s)),
+      KvEvent::Stored(s) => self.store(slot, StoredBlocks::of(s), Chain::default()),
       KvEvent::Removed(r) => {
         self.remove(slot, &r.block_hashes);
         Ok(())
@@ -263,7 +281,27 @@ impl Index {
   /// Applies a stored event given as slices (the publish path's columns): as `apply` would.
   pub fn store_blocks(&mut self, w: WorkerKey, s: StoredBlocks<'_>) -> KvResult<()> {
     let slot = self.slot(w);
-    self.store(slot, s)
+    self.store(slot, s, Chain::default())
+  }
+
+  /// `store_blocks` with content keys made as `chain` says (a router's namespaces and tiers).
+  /// With `chain.from`, an event whose parent this worker does not hold here starts its chain
+  /// from that key, as a root of this index.
+  pub fn store_chained(&mut self, w: WorkerKey, s: StoredBlocks<'_>, chain: Chain) -> KvResult<()> {
+    let slot = self.slot(w);
+    self.store(slot, s, chain)
+  }
+
+  /// The content key of the block the worker holds under engine hash `eh`.
+  pub fn key_of(&self, w: WorkerKey, eh: u64) -> Option<u64> {
+    let &slot = self.slots.get(&w)?;
+    let n = self.workers[slot as usize].engine.get(eh)?;
+    Some(self.nodes[n as usize].key)
+  }
+
+  /// Workers known to the index (held blocks or not).
+  pub fn workers(&self) -> impl Iterator<Item = WorkerKey> + '_ {
+    self.workers.iter().map(|w| w.key)
   }
 
   /// Applies a removed event given as its block hashes: as `apply` would.
@@ -277,7 +315,7 @@ impl Index {
     s.check_layout(self.cfg.key_by == KeyBy::Engine)
   }
 
-  fn store(&mut self, slot: u32, s: StoredBlocks<'_>) -> KvResult<()> {
+  fn store(&mut self, slot: u32, s: StoredBlocks<'_>, chain: Chain) -> KvResult<()> {
     let layout = check_layout(
       s.block_hashes.len(),
       s.token_ids.len(),
@@ -294,6 +332,7 @@ impl Index {
       None => (NONE, None),
       Some(p) => match self.workers[slot as usize].engine.get(p) {
         Some(n) => (n, Some(self.nodes[n as usize].key)),
+        None if chain.from.is_some() => (NONE, chain.from),
         None => {
           self.drop_event(DropReason::UnknownParent, 1);
           self.workers[slot as usize].needs_recovery = true;
@@ -306,13 +345,14 @@ impl Index {
     // cache misses overlap instead of queueing one after another.
     let mut keys = std::mem::take(&mut self.scratch_keys);
     keys.clear();
+    let seed = chain.seed;
     let mut chain = prev_key;
     for (i, &eh) in s.block_hashes.iter().enumerate() {
       let key = match self.cfg.key_by {
         KeyBy::Engine => eh,
         KeyBy::Content => {
           let tokens = &s.token_ids[i * bs..(i + 1) * bs];
-          let c = content_hash(tokens);
+          let c = content_hash_seeded(tokens, seed);
           chain.map_or(c, |p| seq_hash(p, c))
         }
       };

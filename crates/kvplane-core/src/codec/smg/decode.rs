@@ -47,6 +47,20 @@ pub fn decode_subscribe_request(bytes: &[u8]) -> KvResult<SubscribeRequest> {
   Ok(out)
 }
 
+/// A `KvEventBatch`'s `sequence_number`, read without decoding its events.
+pub fn batch_seq(bytes: &[u8]) -> KvResult<u64> {
+  let mut p = Reader::new(bytes);
+  let mut seq = 0;
+  while !p.done() {
+    let (field, wire) = p.key()?;
+    match field {
+      BATCH_SEQUENCE_NUMBER => seq = p.varint_field(wire)?,
+      _ => p.skip(wire)?,
+    }
+  }
+  Ok(seq)
+}
+
 pub fn decode_batch(bytes: &[u8]) -> KvResult<DecodedProtoBatch> {
   let mut p = Reader::new(bytes);
   let mut out = DecodedProtoBatch {

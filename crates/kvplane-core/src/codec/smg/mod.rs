@@ -11,7 +11,9 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
-pub use decode::{decode_batch, decode_subscribe_request, DecodedProtoBatch, SubscribeRequest};
+pub use decode::{
+  batch_seq, decode_batch, decode_subscribe_request, DecodedProtoBatch, SubscribeRequest,
+};
 pub use encode::{encode_batch, encode_health_response, encode_subscribe_request, HealthForm};
 pub use load::{get_loads_request, EngineLoads, RecordOpts};
 pub use snapshot::{SnapshotChunks, SNAPSHOT_CHUNK_BLOCKS};

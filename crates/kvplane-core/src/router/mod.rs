@@ -1,0 +1,385 @@
+//! The router's index (docs/architecture.md#router-side): the workers of many engine nodes in one
+//! index per storage tier, fed their nodes' encoded batches and recovery answers, and asked which
+//! workers hold the longest prefix of a request.
+//!
+//! Blocks are keyed by the chained `xxh3` content hash of their tokens, under the namespace
+//! (LoRA, cache salt) the event names ([`namespace`]); a block stored without a salt inherits its
+//! parent's, since engines name the salt on a chain's first block only. A lower tier's block whose
+//! parent is held in another tier chains from that block's key, so device, host and disk blocks
+//! of one sequence share one key space.
+
+mod namespace;
+mod query;
+mod tier;
+
+pub use namespace::{lora_part, salt_part, seed, SALT_KEY_PREFIX};
+pub use query::{QueryAnswer, WorkerScore};
+pub use tier::Tier;
+
+use crate::codec::{self, recover, Dialect};
+use crate::error::{KvError, KvResult};
+use crate::event::{KvEvent, StoredEvent};
+use crate::index::{Chain, Index, IndexConfig, IndexStats, StoredBlocks, WorkerDump, WorkerKey};
+use crate::stream::Recovery;
+use std::collections::HashMap;
+
+/// Why a router dropped an event (beyond the index's own reasons). Every drop is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RouterDrop {
+  /// A stored event whose `block_size` is not the index's.
+  BlockSize,
+  /// A medium with no tier.
+  Medium,
+  /// Not this worker's own main-attention cache: `locality` other than `LOCAL`, an `ownership`,
+  /// or a `group_idx` other than 0.
+  NotLocalMain,
+}
+
+impl RouterDrop {
+  pub const ALL: [RouterDrop; 3] = [
+    RouterDrop::BlockSize,
+    RouterDrop::Medium,
+    RouterDrop::NotLocalMain,
+  ];
+
+  pub const fn name(self) -> &'static str {
+    match self {
+      RouterDrop::BlockSize => "block_size",
+      RouterDrop::Medium => "medium",
+      RouterDrop::NotLocalMain => "not_local_main",
+    }
+  }
+}
+
+/// What applying a payload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Applied {
+  /// The payload's batch seq (0 for ZMQ payloads: their seq travels in its own frame).
+  pub seq: u64,
+  pub events: u32,
+  /// Events of kinds the decoder does not know, skipped.
+  pub unknown_events: u32,
+  /// Stored events that failed the layout check: their worker was cleared.
+  pub layout_errors: u32,
+}
+
+/// A numbered payload against the seq expected next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Numbered {
+  /// It was the one expected (or the first): applied.
+  Applied(Applied),
+  /// Older than expected: already applied, skipped.
+  Duplicate(u64),
+  /// Newer than expected: batches are missing; not applied.
+  Gap(u64),
+}
+
+/// What applying a recovery answer did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryApplied {
+  pub kind: &'static str,
+  pub last_seq: u64,
+  pub epoch: u64,
+  /// For a bounded `Events` answer, the seq to ask for next.
+  pub next_start: Option<u64>,
+  pub events: u32,
+}
+
+/// One dumped segment of a worker's blocks in one tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DumpSegment {
+  pub tier: Tier,
+  pub worker: WorkerKey,
+  pub parent: Option<u64>,
+  pub block_hashes: Vec<u64>,
+}
+
+pub struct RouterIndex {
+  block_size: u32,
+  tiers: [Index; 3],
+  /// Salt parts of blocks stored under a cache salt, by worker and engine hash, so children stored
+  /// without it inherit it (empty when no salts are used).
+  salts: HashMap<(WorkerKey, u64), u64>,
+  drops: [u64; 3],
+}
+
+impl RouterIndex {
+  pub fn new(block_size: u32) -> KvResult<RouterIndex> {
+    if block_size == 0 || block_size as usize > crate::hash::MAX_BLOCK_SIZE {
+      return Err(KvError::invalid_arg(format!(
+        "blockSize is {block_size}: an integer in 1..={}",
+        crate::hash::MAX_BLOCK_SIZE
+      )));
+    }
+    let cfg = IndexConfig {
+      retain_tokens: false,
+      ..IndexConfig::default()
+    };
+    Ok(RouterIndex {
+      block_size,
+      tiers: [Index::new(cfg), Index::new(cfg), Index::new(cfg)],
+      salts: HashMap::new(),
+      drops: [0; 3],
+    })
+  }
+
+  pub fn block_size(&self) -> u32 {
+    self.block_size
+  }
+
+  pub fn tier(&self, t: Tier) -> &Index {
+    &self.tiers[t as usize]
+  }
+
+  fn drop_event(&mut self, why: RouterDrop) {
+    self.drops[why as usize] += 1;
+  }
+
+  /// Decodes a payload of `dialect` and applies its batches to worker `worker_id`, each under its
+  /// own DP rank or `rank` when it names none. Nothing is applied if the bytes do not decode.
+  pub fn apply_payload(
+    &mut self,
+    worker_id: u64,
+    rank: u32,
+    bytes: &[u8],
+    dialect: Dialect,
+  ) -> KvResult<Applied> {
+    let decoded = codec::decode(bytes, dialect)?;
+    let mut out = Applied {
+      unknown_events: decoded.unknown_events,
+      seq: decoded.batches.first().map_or(0, |b| b.seq),
+      ..Applied::default()
+    };
+    for b in &decoded.batches {
+      let w = WorkerKey {
+        worker_id,
+        dp_rank: b.dp_rank.map_or(rank, |r| r.max(0) as u32),
+      };
+      for ev in &b.events {
+        out.events += 1;
+        if self.apply(w, ev).is_err() {
+          out.layout_errors += 1;
+        }
+      }
+    }
+    Ok(out)
+  }
+
+  /// `apply_payload` for SMG's numbered `KvEventBatch`: applied only when its seq is `expected`
+  /// (any seq when `None`).
+  pub fn apply_numbered(
+    &mut self,
+    worker_id: u64,
+    rank: u32,
+    bytes: &[u8],
+    expected: Option<u64>,
+  ) -> KvResult<Numbered> {
+    if let Some(e) = expected {
+      let seq = codec::smg::batch_seq(bytes)?;
+      if seq < e {
+        return Ok(Numbered::Duplicate(seq));
+      }
+      if seq > e {
+        return Ok(Numbered::Gap(seq));
+      }
+    }
+    self
+      .apply_payload(worker_id, rank, bytes, Dialect::SmgProto)
+      .map(Numbered::Applied)
+  }
+
+  /// Applies one event of worker `w`; `Err` only for a layout the index cannot hold (the worker
+  /// was cleared, as the index does).
+  pub fn apply(&mut self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
+    match ev {
+      KvEvent::Stored(s) => self.store(w, s),
+      KvEvent::Removed(r) => {
+        let Some(tier) = Tier::of_medium(r.medium.as_deref()) else {
+          self.drop_event(RouterDrop::Medium);
+          return Ok(());
+        };
+        self.tiers[tier as usize].remove_blocks(w, &r.block_hashes);
+        if !self.salts.is_empty() {
+          for h in &r.block_hashes {
+            self.salts.remove(&(w, *h));
+          }
+        }
+        Ok(())
+      }
+      KvEvent::Cleared => {
+        self.clear(w);
+        Ok(())
+      }
+      KvEvent::Updated(_) | KvEvent::Created(_) => Ok(()),
+    }
+  }
+
+  fn store(&mut self, w: WorkerKey, s: &StoredEvent) -> KvResult<()> {
+    let remote = s.locality.as_deref().is_some_and(|l| l != "LOCAL");
+    if remote || s.ownership.is_some() || s.group_idx.is_some_and(|g| g != 0) {
+      self.drop_event(RouterDrop::NotLocalMain);
+      return Ok(());
+    }
+    let Some(tier) = Tier::of_medium(s.medium.as_deref()) else {
+      self.drop_event(RouterDrop::Medium);
+      return Ok(());
+    };
+    if s.block_size != self.block_size {
+      self.drop_event(RouterDrop::BlockSize);
+      return Ok(());
+    }
+    let own_salt = namespace::salt_part(namespace::event_salt(s));
+    let salt = match (own_salt, s.parent_block_hash) {
+      (0, Some(p)) if !self.salts.is_empty() => self.salts.get(&(w, p)).copied().unwrap_or(0),
+      _ => own_salt,
+    };
+    let here = &self.tiers[tier as usize];
+    let from = match s.parent_block_hash {
+      Some(p) if here.key_of(w, p).is_none() => Tier::ALL
+        .iter()
+        .find_map(|&t| self.tiers[t as usize].key_of(w, p)),
+      _ => None,
+    };
+    let chain = Chain {
+      seed: namespace::seed(namespace::lora_part(s.lora_name.as_deref()), salt),
+      from,
+    };
+    self.tiers[tier as usize].store_chained(w, StoredBlocks::of(s), chain)?;
+    if salt != 0 {
+      for h in &s.block_hashes {
+        self.salts.insert((w, *h), salt);
+      }
+    }
+    Ok(())
+  }
+
+  /// Drops every block of worker `w` in every tier.
+  pub fn clear(&mut self, w: WorkerKey) {
+    for t in &mut self.tiers {
+      t.apply(w, &KvEvent::Cleared)
+        .expect("a clear always applies");
+    }
+    if !self.salts.is_empty() {
+      self.salts.retain(|(k, _), _| *k != w);
+    }
+  }
+
+  /// Drops every block of every DP rank of `worker_id` (or only `rank`).
+  pub fn clear_worker(&mut self, worker_id: u64, rank: Option<u32>) {
+    let mut ranks: Vec<WorkerKey> = self
+      .tiers
+      .iter()
+      .flat_map(|t| t.workers())
+      .filter(|w| w.worker_id == worker_id && rank.is_none_or(|r| r == w.dp_rank))
+      .collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    for w in ranks {
+      self.clear(w);
+    }
+  }
+
+  /// Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`: `Events` batch by
+  /// batch; a `TreeDump` replaces every rank of the worker with the dump.
+  pub fn apply_recovery_msgpack(
+    &mut self,
+    worker_id: u64,
+    bytes: &[u8],
+  ) -> KvResult<RecoveryApplied> {
+    let r = recover::from_msgpack(bytes)?;
+    Ok(self.apply_recovery(worker_id, &r))
+  }
+
+  pub fn apply_recovery(&mut self, worker_id: u64, r: &Recovery) -> RecoveryApplied {
+    let mut out = RecoveryApplied {
+      kind: r.kind(),
+      last_seq: 0,
+      epoch: 0,
+      next_start: None,
+      events: 0,
+    };
+    match r {
+      Recovery::Events {
+        batches,
+        last_seq,
+        epoch,
+        next_start,
+      } => {
+        (out.last_seq, out.epoch, out.next_start) = (*last_seq, *epoch, *next_start);
+        for b in batches {
+          let w = WorkerKey {
+            worker_id,
+            dp_rank: b.dp_rank.map_or(0, |r| r.max(0) as u32),
+          };
+          for ev in &b.events {
+            out.events += 1;
+            let _ = self.apply(w, ev);
+          }
+        }
+      }
+      Recovery::TreeDump {
+        workers,
+        last_seq,
+        epoch,
+      } => {
+        (out.last_seq, out.epoch) = (*last_seq, *epoch);
+        self.clear_worker(worker_id, None);
+        for WorkerDump { worker, events } in workers {
+          let w = WorkerKey {
+            worker_id,
+            dp_rank: worker.dp_rank,
+          };
+          for ev in events {
+            out.events += 1;
+            let _ = self.store(w, &ev);
+          }
+        }
+      }
+      Recovery::TooNew { last_seq, epoch }
+      | Recovery::InvalidRange {
+        last_seq, epoch, ..
+      } => {
+        (out.last_seq, out.epoch) = (*last_seq, *epoch);
+      }
+    }
+    out
+  }
+
+  /// Every worker's blocks per tier, as chain segments (parents before children).
+  pub fn dump(&self, worker_id: Option<u64>) -> Vec<DumpSegment> {
+    let mut out = Vec::new();
+    for t in Tier::ALL {
+      for wd in self.tiers[t as usize].dump() {
+        if worker_id.is_some_and(|id| id != wd.worker.worker_id) {
+          continue;
+        }
+        for ev in wd.events {
+          out.push(DumpSegment {
+            tier: t,
+            worker: wd.worker,
+            parent: ev.parent_block_hash,
+            block_hashes: ev.block_hashes,
+          });
+        }
+      }
+    }
+    out
+  }
+
+  pub fn drops(&self) -> Vec<(RouterDrop, u64)> {
+    RouterDrop::ALL
+      .iter()
+      .map(|&d| (d, self.drops[d as usize]))
+      .collect()
+  }
+
+  pub fn tier_stats(&self) -> Vec<(Tier, IndexStats)> {
+    Tier::ALL
+      .iter()
+      .map(|&t| (t, self.tiers[t as usize].stats()))
+      .collect()
+  }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,213 @@
+use super::*;
+use crate::codec::value::Value;
+use crate::codec::{encode_events, Format};
+use crate::event::{EventRef, RemovedEvent};
+
+const BS: u32 = 4;
+
+fn stored(hashes: &[u64], parent: Option<u64>, first_token: u32, medium: &str) -> KvEvent {
+  let n = hashes.len() as u32 * BS;
+  KvEvent::Stored(StoredEvent {
+    block_hashes: hashes.to_vec(),
+    parent_block_hash: parent,
+    token_ids: (first_token..first_token + n).collect(),
+    block_size: BS,
+    medium: Some(medium.to_string()),
+    ..Default::default()
+  })
+}
+
+fn w(worker_id: u64, dp_rank: u32) -> WorkerKey {
+  WorkerKey { worker_id, dp_rank }
+}
+
+fn scores(a: &QueryAnswer) -> Vec<(u64, u32, u32, u32, u32)> {
+  let mut v: Vec<_> = a
+    .scores
+    .iter()
+    .map(|s| {
+      (
+        s.worker.worker_id,
+        s.worker.dp_rank,
+        s.device,
+        s.host,
+        s.disk,
+      )
+    })
+    .collect();
+  v.sort();
+  v
+}
+
+#[test]
+fn workers_of_many_nodes_are_scored_by_their_leading_device_blocks() {
+  let mut r = RouterIndex::new(BS).unwrap();
+  r.apply(w(1, 0), &stored(&[11, 12, 13], None, 0, "GPU"))
+    .unwrap();
+  r.apply(w(2, 3), &stored(&[21, 22], None, 0, "GPU"))
+    .unwrap();
+  r.apply(w(3, 0), &stored(&[31], None, 100, "GPU")).unwrap();
+  let tokens: Vec<u32> = (0..14).collect();
+  assert_eq!(
+    scores(&r.query(&tokens, None, None)),
+    vec![(1, 0, 3, 3, 3), (2, 3, 2, 2, 2)]
+  );
+  assert_eq!(r.query(&tokens[..3], None, None).scores, vec![]);
+}
+
+#[test]
+fn content_keys_are_dynamos_block_hashes_chained() {
+  let r = RouterIndex::new(BS).unwrap();
+  // Values Dynamo's standalone indexer 1.6.1 reports as `tokens_hash` for these blocks.
+  assert_eq!(
+    r.request_keys(&[1, 2, 3, 4], None, None),
+    vec![14643705804678351452]
+  );
+  assert_eq!(
+    r.request_keys(&[11, 12, 13, 14], Some("lo"), None),
+    vec![13863220705243705585]
+  );
+  assert_eq!(
+    r.request_keys(&[21, 22, 23, 24], Some("lo"), Some("S1")),
+    vec![11879884849184334892]
+  );
+  assert_eq!(
+    r.request_keys(&[1, 2, 3, 4, 5, 6, 7, 8], None, None),
+    r.keys_of_content_hashes(&[
+      crate::hash::content_hash(&[1, 2, 3, 4]),
+      crate::hash::content_hash(&[5, 6, 7, 8])
+    ])
+  );
+}
+
+#[test]
+fn a_lora_or_salt_namespace_matches_only_requests_in_it_and_children_inherit_the_salt() {
+  let mut r = RouterIndex::new(BS).unwrap();
+  let KvEvent::Stored(mut first) = stored(&[1], None, 0, "GPU") else {
+    unreachable!()
+  };
+  first.extra_keys = Some(Value::Array(vec![Value::Array(vec![Value::Str(format!(
+    "{SALT_KEY_PREFIX}s1"
+  ))])]));
+  r.apply(w(1, 0), &KvEvent::Stored(first)).unwrap();
+  r.apply(w(1, 0), &stored(&[2], Some(1), 4, "GPU")).unwrap();
+  let KvEvent::Stored(mut lora) = stored(&[5, 6], None, 0, "GPU") else {
+    unreachable!()
+  };
+  lora.lora_name = Some("adapter".into());
+  r.apply(w(2, 0), &KvEvent::Stored(lora)).unwrap();
+  let tokens: Vec<u32> = (0..8).collect();
+  assert_eq!(
+    scores(&r.query(&tokens, None, Some("s1"))),
+    vec![(1, 0, 2, 2, 2)]
+  );
+  assert_eq!(
+    scores(&r.query(&tokens, Some("adapter"), None)),
+    vec![(2, 0, 2, 2, 2)]
+  );
+  assert_eq!(r.query(&tokens, None, None).scores, vec![]);
+}
+
+#[test]
+fn lower_tiers_continue_the_device_run() {
+  let mut r = RouterIndex::new(BS).unwrap();
+  r.apply(w(1, 0), &stored(&[1, 2], None, 0, "GPU")).unwrap();
+  r.apply(w(1, 0), &stored(&[3], Some(2), 8, "CPU")).unwrap();
+  r.apply(w(1, 0), &stored(&[4], Some(3), 12, "DISK"))
+    .unwrap();
+  // Only offloaded: no device blocks.
+  r.apply(w(2, 0), &stored(&[7, 8], None, 0, "CPU")).unwrap();
+  let tokens: Vec<u32> = (0..17).collect();
+  assert_eq!(
+    scores(&r.query(&tokens, None, None)),
+    vec![(1, 0, 2, 3, 4), (2, 0, 0, 2, 2)]
+  );
+  // Removal from the host tier shortens the continuation; a clear drops every tier.
+  r.apply(
+    w(1, 0),
+    &KvEvent::Removed(RemovedEvent {
+      block_hashes: vec![3],
+      medium: Some("CPU".into()),
+      ..Default::default()
+    }),
+  )
+  .unwrap();
+  assert_eq!(scores(&r.query(&tokens, None, None))[0], (1, 0, 2, 2, 2));
+  r.apply(w(2, 0), &KvEvent::Cleared).unwrap();
+  assert_eq!(scores(&r.query(&tokens, None, None)).len(), 1);
+}
+
+#[test]
+fn foreign_media_block_sizes_and_remote_blocks_are_counted_not_indexed() {
+  let mut r = RouterIndex::new(BS).unwrap();
+  r.apply(w(1, 0), &stored(&[1], None, 0, "gpu")).unwrap();
+  let KvEvent::Stored(mut big) = stored(&[2], None, 0, "GPU") else {
+    unreachable!()
+  };
+  big.block_size = 2;
+  big.token_ids.truncate(2);
+  r.apply(w(1, 0), &KvEvent::Stored(big)).unwrap();
+  let KvEvent::Stored(mut remote) = stored(&[3], None, 0, "GPU") else {
+    unreachable!()
+  };
+  remote.locality = Some("REMOTE".into());
+  r.apply(w(1, 0), &KvEvent::Stored(remote)).unwrap();
+  assert_eq!(r.query(&[0, 1, 2, 3], None, None).scores, vec![]);
+  assert_eq!(
+    r.drops(),
+    vec![
+      (RouterDrop::BlockSize, 1),
+      (RouterDrop::Medium, 1),
+      (RouterDrop::NotLocalMain, 1)
+    ]
+  );
+}
+
+#[test]
+fn numbered_batches_apply_in_order_and_report_duplicates_and_gaps() {
+  let mut r = RouterIndex::new(BS).unwrap();
+  let batch = |seq: u64, h: u64| {
+    let ev = stored(&[h], None, h as u32 * 4, "GPU");
+    encode_events(seq, 0.0, &[EventRef::of(&ev)], Some(2), Format::SmgProto)
+  };
+  assert!(
+    matches!(r.apply_numbered(9, 0, &batch(5, 1), None).unwrap(), Numbered::Applied(a) if a.seq == 5 && a.events == 1)
+  );
+  assert_eq!(
+    r.apply_numbered(9, 0, &batch(5, 1), Some(6)).unwrap(),
+    Numbered::Duplicate(5)
+  );
+  assert_eq!(
+    r.apply_numbered(9, 0, &batch(8, 2), Some(6)).unwrap(),
+    Numbered::Gap(8)
+  );
+  assert_eq!(r.tier(Tier::Device).worker_blocks(w(9, 2)), 1);
+}
+
+#[test]
+fn a_tree_dump_replaces_every_rank_of_the_worker() {
+  let mut r = RouterIndex::new(BS).unwrap();
+  r.apply(w(4, 0), &stored(&[1, 2], None, 0, "GPU")).unwrap();
+  r.apply(w(4, 1), &stored(&[9], None, 40, "GPU")).unwrap();
+  let KvEvent::Stored(s) = stored(&[7, 8, 9], None, 0, "GPU") else {
+    unreachable!()
+  };
+  let dump = Recovery::TreeDump {
+    workers: vec![WorkerDump {
+      worker: w(0, 1),
+      events: vec![s],
+    }],
+    last_seq: 77,
+    epoch: 5,
+  };
+  let a = r.apply_recovery(4, &dump);
+  assert_eq!(
+    (a.kind, a.last_seq, a.epoch, a.events),
+    ("TreeDump", 77, 5, 1)
+  );
+  assert_eq!(r.tier(Tier::Device).worker_blocks(w(4, 0)), 0);
+  assert_eq!(r.tier(Tier::Device).worker_blocks(w(4, 1)), 3);
+  let segs = r.dump(Some(4));
+  assert_eq!(segs.len(), 1);
+  assert_eq!(segs[0].block_hashes, vec![7, 8, 9]);
+}
