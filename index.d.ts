@@ -109,6 +109,27 @@ export declare class NativeLocalIndexer {
   get closed(): boolean
 }
 
+export declare class NativeRouterIndex {
+  constructor(blockSize: number)
+  get blockSize(): number
+  /**
+   * Decodes a payload of `dialect` and applies it to worker `worker_id`, under each batch's own
+   * DP rank or `rank`. Nothing is applied if it does not decode.
+   */
+  applyPayload(workerId: bigint, rank: number, bytes: Uint8Array, dialect: string): RouterAppliedOut
+  /** An SMG `KvEventBatch`, applied only when its seq is `expected` (any seq when absent). */
+  applyNumbered(workerId: bigint, rank: number, bytes: Uint8Array, expected?: bigint | undefined | null): RouterAppliedOut
+  /** Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`. */
+  applyRecovery(workerId: bigint, bytes: Uint8Array): RouterRecoveryOut
+  /** Drops every block of worker `worker_id` (only DP rank `rank` when given), in every tier. */
+  clearWorker(workerId: bigint, rank?: number | undefined | null): void
+  query(tokens: Uint32Array, loraName?: string | undefined | null, cacheSalt?: string | undefined | null): RouterMatchesOut
+  /** A query given as the blocks' unchained content hashes (namespace included). */
+  queryByHash(hashes: BigUint64Array): RouterMatchesOut
+  dump(workerId?: bigint | undefined | null): Array<RouterDumpSegmentOut>
+  stats(): RouterStatsOut
+}
+
 /**
  * The rest of a `/kv_recover` answer: each `next()` encodes about `CHUNK_BYTES` more off the
  * JS thread, so a large answer is never whole in memory once encoded.
@@ -428,6 +449,62 @@ export interface RelayedIdsOut {
 export interface ReplayOut {
   seqs: BigUint64Array
   payloads: Array<Buffer>
+}
+
+export interface RouterAppliedOut {
+  /** `applied`, `duplicate` or `gap`. */
+  outcome: string
+  seq: bigint
+  events: number
+  unknownEvents: number
+  layoutErrors: number
+}
+
+export interface RouterDumpSegmentOut {
+  tier: string
+  workerId: bigint
+  dpRank: number
+  parent?: bigint
+  blockHashes: BigUint64Array
+}
+
+/** Per worker holding the request's first block in some tier: parallel arrays, in blocks. */
+export interface RouterMatchesOut {
+  workerIds: BigUint64Array
+  dpRanks: Uint32Array
+  device: Uint32Array
+  host: Uint32Array
+  disk: Uint32Array
+  treeSizes: BigUint64Array
+}
+
+export interface RouterRecoveryOut {
+  kind: string
+  lastSeq: bigint
+  epoch: bigint
+  nextStart?: bigint
+  events: number
+}
+
+export interface RouterStatsOut {
+  tiers: Array<RouterTierStatsOut>
+  workers: Array<RouterWorkerStatsOut>
+  drops: Array<DropCount>
+}
+
+export interface RouterTierStatsOut {
+  tier: string
+  blocks: number
+  memberships: number
+  bytes: number
+}
+
+export interface RouterWorkerStatsOut {
+  workerId: bigint
+  dpRank: number
+  tier: string
+  blocks: number
+  needsRecovery: boolean
 }
 
 /** A planned snapshot: its size, and its chunks. */

@@ -838,6 +838,7 @@ module.exports = nativeBinding
 module.exports.NativeEngineLoads = nativeBinding.NativeEngineLoads
 module.exports.NativeEventQueue = nativeBinding.NativeEventQueue
 module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
+module.exports.NativeRouterIndex = nativeBinding.NativeRouterIndex
 module.exports.RecoverChunks = nativeBinding.RecoverChunks
 module.exports.SnapshotStream = nativeBinding.SnapshotStream
 module.exports.clockFirstSeq = nativeBinding.clockFirstSeq

@@ -93,3 +93,13 @@ export {
   zmqAddress,
 } from './transports/zmq/config.js';
 export { curvePublicKey, readCurveClients, readCurveSecretKey, type ZmqCurveOptions } from './transports/zmq/curve.js';
+export type { FindMatchesRequest, RouterMatches } from './router/matches.js';
+export {
+  RouterIndex,
+  type RouterDumpSegment,
+  type RouterIndexOptions,
+  type RouterIndexStats,
+  type WorkerSource,
+} from './router/router_index.js';
+export { IndexerServer, type IndexerServerOptions } from './router/service/server.js';
+export type { RecoveryCounts, Subscription, SubscriptionStats } from './router/subscriptions/subscription.js';

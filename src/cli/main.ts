@@ -1,14 +1,16 @@
 #!/usr/bin/env node
 import { KvPlaneError } from '../errors.js';
 import { connectWarning } from '../transports/zmq/config.js';
+import { indexerHelp, parseIndexerArgs, startIndexer } from './indexer.js';
 import { parseServeArgs, type Serving, serveHelp, startServe } from './serve/index.js';
 
 const USAGE = `Usage: kvplane <command> [flags]
 
 Commands:
   serve     run an engine node (simulated engine, ZMQ stream with replay, HTTP recovery, gRPC)
+  indexer   run a router-side KV indexer with Dynamo's indexer HTTP API
 
-Run "kvplane serve --help" for its flags.
+Run "kvplane serve --help" or "kvplane indexer --help" for their flags.
 `;
 
 function log(fields: Record<string, unknown>): void {
@@ -123,10 +125,37 @@ async function serve(argv: string[]): Promise<void> {
   });
 }
 
+async function indexer(argv: string[]): Promise<void> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(indexerHelp());
+    return;
+  }
+  const config = parseIndexerArgs(argv);
+  const server = await startIndexer(config, (msg, detail) => log({ level: 'warn', msg, ...detail }));
+  log({
+    level: 'info',
+    msg: 'indexing',
+    http: `http://${config.host}:${server.port}`,
+    workers: server.registry.registrations().length,
+    state_file: config.stateFile ?? null,
+  });
+  await new Promise<void>((resolve) => {
+    const done = (signal: string) => () => {
+      log({ level: 'info', msg: 'stopping', signal });
+      resolve();
+    };
+    process.once('SIGINT', done('SIGINT'));
+    process.once('SIGTERM', done('SIGTERM'));
+    if (config.durationSeconds > 0) setTimeout(done('duration'), config.durationSeconds * 1000).unref();
+  });
+  await server.close();
+}
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   try {
     if (command === 'serve') await serve(rest);
+    else if (command === 'indexer') await indexer(rest);
     else if (command === undefined || command === '--help' || command === '-h') process.stdout.write(USAGE);
     else {
       process.stderr.write(`kvplane: unknown command ${JSON.stringify(command)}\n\n${USAGE}`);

@@ -14,6 +14,7 @@ mod memory;
 mod options;
 mod outputs;
 mod queue;
+mod router_index;
 mod tasks;
 mod value;
 
@@ -21,6 +22,7 @@ pub use codec::*;
 pub use error::panic_probe;
 pub use events::*;
 pub use hash::*;
+pub use router_index::*;
 pub use layout::*;
 pub use loads::*;
 pub use local_indexer::*;

@@ -226,6 +226,12 @@ export class KvHttpServer {
       epoch: this.#publisher.epoch,
       last_seq: s.lastSeq,
       oldest_seq: ix?.oldestSeq ?? null,
+      // Where a router subscribes (a `*` or 0.0.0.0 host is this node's own address).
+      endpoints: {
+        zmq: this.#publisher.closed ? null : this.#publisher.endpoint,
+        replay: this.#publisher.closed ? null : this.#publisher.replayEndpoint,
+        grpc_port: this.#grpc?.port ?? null,
+      },
       sources: this.#sources.map((src) => {
         const own = src.health?.() ?? { state: 'ok' };
         const state = s.failClosed.length > 0 ? 'fail_closed' : own.state;

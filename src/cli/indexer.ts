@@ -1,0 +1,88 @@
+import { KvPlaneError } from '../errors.js';
+import { IndexerServer, type IndexerServerOptions } from '../router/service/server.js';
+
+export interface IndexerConfig extends IndexerServerOptions {
+  durationSeconds: number;
+}
+
+const HELP = `Usage: kvplane indexer [flags]
+
+A router-side KV indexer serving Dynamo's standalone indexer HTTP API (/register, /unregister,
+/workers, /query, /query_by_hash, /dump, /health, /metrics). Workers are registered over HTTP, by
+their ZMQ publisher (endpoint, replay_endpoint), an SMG-proto gRPC server (endpoint grpc://HOST:PORT)
+or, for a kvplane node, its HTTP URL (url).
+
+Flags:
+  --host HOST             address to serve on (default 0.0.0.0)
+  --port PORT             HTTP port (default 8090)
+  --block-size N          block size of the workers given with --workers
+  --model-name NAME       model of the workers given with --workers (default "default")
+  --routing-group NAME    routing group of the workers given with --workers (default "default")
+  --workers LIST          workers to follow from the start: "id[:dp_rank]=endpoint,..."
+                          (e.g. "1=tcp://host:5557,1:1=tcp://host:5558")
+  --state-file PATH       keep registrations here; a restarted indexer follows them again
+  --duration SECONDS      stop after this long (default: until SIGINT/SIGTERM)
+`;
+
+function bad(msg: string): never {
+  throw new KvPlaneError('ERR_INVALID_ARG', msg);
+}
+
+export function indexerHelp(): string {
+  return HELP;
+}
+
+/** `--workers "id[:rank]=endpoint,..."`, as Dynamo's flag. */
+export function parseWorkers(list: string, blockSize: number | undefined, modelName: string, routingGroup: string) {
+  if (list.trim() === '') return [];
+  if (blockSize === undefined) bad('--workers needs --block-size');
+  return list.split(',').map((item) => {
+    const m = /^(\d+)(?::(\d+))?=(.+)$/.exec(item.trim());
+    if (!m) bad(`--workers entry ${JSON.stringify(item)}: id[:dp_rank]=endpoint`);
+    return {
+      instanceId: BigInt(m[1] as string),
+      dpRank: Number(m[2] ?? 0),
+      endpoint: m[3] as string,
+      modelName,
+      routingGroup,
+      blockSize,
+    };
+  });
+}
+
+export function parseIndexerArgs(argv: string[]): IndexerConfig {
+  const v: Record<string, string> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (!arg.startsWith('--')) bad(`unexpected argument ${JSON.stringify(arg)}`);
+    const eq = arg.indexOf('=');
+    const name = eq > 0 ? arg.slice(2, eq) : arg.slice(2);
+    const value = eq > 0 ? arg.slice(eq + 1) : argv[++i];
+    if (value === undefined) bad(`--${name} needs a value`);
+    v[name] = value;
+  }
+  const known = ['host', 'port', 'block-size', 'model-name', 'routing-group', 'workers', 'state-file', 'duration'];
+  for (const k of Object.keys(v)) if (!known.includes(k)) bad(`unknown flag --${k}`);
+  const int = (name: string, min: number, max: number): number | undefined => {
+    const s = v[name];
+    if (s === undefined) return undefined;
+    const n = Number(s);
+    if (!Number.isInteger(n) || n < min || n > max) bad(`--${name} is ${JSON.stringify(s)}: an integer in ${min}..${max}`);
+    return n;
+  };
+  const blockSize = int('block-size', 1, 1 << 20);
+  return {
+    host: v.host ?? '0.0.0.0',
+    port: int('port', 0, 65535) ?? 8090,
+    stateFile: v['state-file'],
+    workers: parseWorkers(v.workers ?? '', blockSize, v['model-name'] ?? 'default', v['routing-group'] ?? 'default'),
+    durationSeconds: int('duration', 0, 1e9) ?? 0,
+  };
+}
+
+export async function startIndexer(
+  c: IndexerConfig,
+  onWarning: (msg: string, detail: Record<string, unknown>) => void,
+): Promise<IndexerServer> {
+  return IndexerServer.create({ ...c, onWarning });
+}

@@ -1,0 +1,203 @@
+
+import type { Dialect } from '../codec.js';
+import { callNative, invalidArg, KvPlaneError } from '../errors.js';
+import native from '../native.js';
+import type { FindMatchesRequest, RouterMatches } from './matches.js';
+import { GrpcSubscription, type GrpcSubscriptionOptions } from './subscriptions/grpc.js';
+import type { RouterTarget, Subscription, SubscriptionStats } from './subscriptions/subscription.js';
+import { ZmqSubscription, type ZmqSubscriptionOptions } from './subscriptions/zmq.js';
+
+export interface RouterIndexOptions {
+  /** Tokens per KV block of the model's engines; events of another block size are not indexed. */
+  blockSize: number;
+  /** Closing the signal closes the index and its subscriptions. */
+  signal?: AbortSignal;
+  /** Subscriptions' warnings (gaps, reconnects, rebuilds), for the router's log. */
+  onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+}
+
+/** Where a worker's events come from. */
+export type WorkerSource =
+  | ({ kind: 'grpc' } & Omit<GrpcSubscriptionOptions, 'workerId' | 'onWarning'>)
+  | ({ kind: 'zmq' } & Omit<ZmqSubscriptionOptions, 'workerId' | 'onWarning' | 'wholeWorker'>);
+
+/** One dumped chain segment of a worker's blocks in one tier (the engine's block hashes). */
+export interface RouterDumpSegment {
+  tier: 'device' | 'host' | 'disk';
+  workerId: bigint;
+  dpRank: number;
+  parent: bigint | null;
+  blockHashes: BigUint64Array;
+}
+
+export interface RouterIndexStats {
+  tiers: Array<{ tier: string; blocks: number; memberships: number; bytes: number }>;
+  workers: Array<{ workerId: bigint; dpRank: number; tier: string; blocks: number; needsRecovery: boolean }>;
+  /** Events not indexed, by reason (every drop is counted). */
+  drops: Record<string, number>;
+  subscriptions: SubscriptionStats[];
+}
+
+/**
+ * A router's view of many engine nodes (docs/architecture.md#router-side): one index of every
+ * `(workerId, dpRank)` of one model and routing group, per storage tier, kept current by
+ * subscriptions that recover from gaps and restarts by themselves, and asked which workers hold
+ * the longest prefix of a request.
+ */
+export class RouterIndex {
+  readonly blockSize: number;
+  readonly #native: native.NativeRouterIndex;
+  readonly #subs = new Map<string, Subscription>();
+  readonly #onWarning: RouterIndexOptions['onWarning'];
+  #closed = false;
+  readonly #abort: (() => void) | null = null;
+
+  constructor(opts: RouterIndexOptions) {
+    const bs = opts.blockSize;
+    if (!Number.isInteger(bs) || bs < 1) invalidArg(`blockSize is ${bs}: a positive integer`);
+    this.#native = callNative(() => new native.NativeRouterIndex(bs));
+    this.blockSize = bs;
+    this.#onWarning = opts.onWarning;
+    if (opts.signal) {
+      const signal = opts.signal;
+      const onAbort = () => void this.close();
+      if (signal.aborted) this.#closed = true;
+      else {
+        signal.addEventListener('abort', onAbort, { once: true });
+        this.#abort = () => signal.removeEventListener('abort', onAbort);
+      }
+    }
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  #open(): native.NativeRouterIndex {
+    if (this.#closed) throw new KvPlaneError('ERR_CLOSED', 'the router index is closed');
+    return this.#native;
+  }
+
+  /** The native side, as subscriptions apply to it (closed: nothing is applied). */
+  #target(): RouterTarget {
+    const n = this.#native;
+    return {
+      applyPayload: (w, r, b, d) => callNative(() => n.applyPayload(w, r, b, d)),
+      applyNumbered: (w, r, b, e) => callNative(() => n.applyNumbered(w, r, b, e)),
+      clearWorker: (w, r) => callNative(() => n.clearWorker(w, r)),
+    };
+  }
+
+  /** Per worker holding the request's first block: how many leading blocks it holds, by tier. */
+  findMatches(tokens: Uint32Array | readonly number[], req: FindMatchesRequest = {}): RouterMatches {
+    const n = this.#open();
+    const t = tokens instanceof Uint32Array ? tokens : tokenArray(tokens);
+    return callNative(() => n.query(t, req.loraName ?? null, req.cacheSalt ?? null));
+  }
+
+  /**
+   * `findMatches` for a request given as its blocks' unchained content hashes (XXH3-64 of each
+   * block's tokens as u32 LE, seeded 1337 plus its namespace, as Dynamo's `LocalBlockHash`).
+   */
+  findMatchesByHash(hashes: BigUint64Array | readonly bigint[]): RouterMatches {
+    const n = this.#open();
+    const h = hashes instanceof BigUint64Array ? hashes : BigUint64Array.from(hashes);
+    return callNative(() => n.queryByHash(h));
+  }
+
+  /** Applies an encoded payload of `dialect` to worker `workerId` (batches naming no rank: `dpRank`). */
+  applyPayload(workerId: bigint, payload: Uint8Array, dialect: Dialect, dpRank = 0): number {
+    const n = this.#open();
+    return callNative(() => n.applyPayload(workerId, dpRank, payload, dialect)).events;
+  }
+
+  /** Applies a node's `/kv_recover` answer (msgpack): `Events` in order, a `TreeDump` replacing the worker. */
+  applyRecovery(workerId: bigint, answer: Uint8Array): { kind: string; lastSeq: bigint; epoch: bigint } {
+    const n = this.#open();
+    return callNative(() => n.applyRecovery(workerId, answer));
+  }
+
+  /** Drops every block of worker `workerId` (only `dpRank` when given). */
+  clearWorker(workerId: bigint, dpRank?: number): void {
+    const n = this.#open();
+    callNative(() => n.clearWorker(workerId, dpRank ?? null));
+  }
+
+  /**
+   * Follows worker `workerId` (its DP rank `dpRank` for a per-rank ZMQ publisher) from `source`
+   * until `unsubscribe`. One subscription per `(workerId, dpRank)`.
+   */
+  subscribe(workerId: bigint, source: WorkerSource): Subscription {
+    this.#open();
+    const rank = source.dpRank ?? 0;
+    const key = `${workerId}:${rank}`;
+    if (this.#subs.has(key)) invalidArg(`worker ${workerId} rank ${rank} is already subscribed`);
+    const target = this.#target();
+    const sub =
+      source.kind === 'grpc'
+        ? new GrpcSubscription(target, { ...source, workerId, onWarning: this.#onWarning })
+        : new ZmqSubscription(target, {
+            ...source,
+            workerId,
+            onWarning: this.#onWarning,
+            wholeWorker: () => [...this.#subs.values()].filter((s) => s.workerId === workerId).length <= 1,
+          });
+    this.#subs.set(key, sub);
+    sub.start();
+    return sub;
+  }
+
+  /** Stops following `workerId` (only `dpRank` when given) and drops what it held. */
+  async unsubscribe(workerId: bigint, dpRank?: number): Promise<void> {
+    const stops: Promise<void>[] = [];
+    for (const [key, sub] of this.#subs) {
+      if (sub.workerId !== workerId || (dpRank !== undefined && sub.dpRank !== dpRank)) continue;
+      this.#subs.delete(key);
+      stops.push(sub.stop());
+    }
+    await Promise.all(stops);
+    if (!this.#closed) this.clearWorker(workerId, dpRank);
+  }
+
+  subscription(workerId: bigint, dpRank = 0): Subscription | undefined {
+    return this.#subs.get(`${workerId}:${dpRank}`);
+  }
+
+  /** Every worker's blocks per tier, as chain segments, parents first (one worker's with `workerId`). */
+  dump(workerId?: bigint): RouterDumpSegment[] {
+    const n = this.#open();
+    return callNative(() => n.dump(workerId ?? null)) as RouterDumpSegment[];
+  }
+
+  stats(): RouterIndexStats {
+    const n = this.#open();
+    const s = callNative(() => n.stats());
+    return {
+      tiers: s.tiers,
+      workers: s.workers,
+      drops: Object.fromEntries(s.drops.map((d) => [d.reason, d.count])),
+      subscriptions: [...this.#subs.values()].map((x) => x.stats()),
+    };
+  }
+
+  /** Stops every subscription; the index answers nothing after. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#abort?.();
+    const subs = [...this.#subs.values()];
+    this.#subs.clear();
+    await Promise.all(subs.map((s) => s.stop()));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+function tokenArray(tokens: readonly number[]): Uint32Array {
+  for (const t of tokens) {
+    if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) invalidArg(`token id ${t} is not a u32`);
+  }
+  return Uint32Array.from(tokens);
+}

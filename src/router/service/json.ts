@@ -1,0 +1,150 @@
+/**
+ * JSON with u64s: request bodies are parsed with every integer too large for a double kept exact,
+ * and answers are written with bigints as exact integers (instance ids and block hashes are u64).
+ */
+
+/** A 4xx answer: its status and message, sent as `{"error": message}`. */
+export class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const BIG = '\u0000int:';
+
+/**
+ * Parses JSON text, keeping integer literals beyond 2^53 exact: they come back as marker strings
+ * that `u64Field` and `i64Field` read. Malformed text is a 400.
+ */
+export function parseJsonExact(text: string): unknown {
+  let out = '';
+  let at = 0;
+  let i = 0;
+  const n = text.length;
+  while (i < n) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      // A string: skip to its closing quote.
+      i++;
+      while (i < n && text.charCodeAt(i) !== 0x22) i += text.charCodeAt(i) === 0x5c ? 2 : 1;
+      i++;
+      continue;
+    }
+    if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+      let j = i + 1;
+      while (j < n && /[0-9.eE+-]/.test(text[j] as string)) j++;
+      const tok = text.slice(i, j);
+      if (/^-?\d{16,}$/.test(tok)) {
+        out += `${text.slice(at, i)}"${BIG}${tok}"`;
+        at = j;
+      }
+      i = j;
+      continue;
+    }
+    i++;
+  }
+  out += text.slice(at);
+  try {
+    return JSON.parse(out);
+  } catch (err) {
+    throw new HttpError(400, `Failed to parse the request body as JSON: ${(err as Error).message}`);
+  }
+}
+
+function bigOf(v: unknown): bigint | null {
+  if (typeof v === 'number' && Number.isSafeInteger(v)) return BigInt(v);
+  if (typeof v === 'string' && v.startsWith(BIG)) return BigInt(v.slice(BIG.length));
+  return null;
+}
+
+/** Field readers: a missing or mistyped field is a 422, as Dynamo's indexer answers. */
+export class Fields {
+  constructor(readonly body: Record<string, unknown>) {}
+
+  static of(v: unknown): Fields {
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+      throw new HttpError(422, 'the request body must be a JSON object');
+    }
+    return new Fields(v as Record<string, unknown>);
+  }
+
+  #missing(name: string): never {
+    throw new HttpError(422, `missing field \`${name}\``);
+  }
+
+  #bad(name: string, want: string): never {
+    throw new HttpError(422, `${name}: invalid value, expected ${want}`);
+  }
+
+  has(name: string): boolean {
+    return this.body[name] !== undefined && this.body[name] !== null;
+  }
+
+  u64(name: string): bigint {
+    if (!this.has(name)) this.#missing(name);
+    const v = bigOf(this.body[name]);
+    if (v === null || v < 0n || v > 0xffffffffffffffffn) this.#bad(name, 'u64');
+    return v;
+  }
+
+  u32(name: string): number;
+  u32(name: string, dflt: number): number;
+  u32(name: string, dflt?: number): number {
+    if (!this.has(name)) return dflt ?? this.#missing(name);
+    const v = this.body[name];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 0xffffffff) this.#bad(name, 'u32');
+    return v;
+  }
+
+  str(name: string): string;
+  str(name: string, dflt: string | null): string | null;
+  str(name: string, dflt?: string | null): string | null {
+    if (!this.has(name)) return dflt === undefined ? this.#missing(name) : dflt;
+    const v = this.body[name];
+    if (typeof v !== 'string') this.#bad(name, 'a string');
+    return v;
+  }
+
+  /** An array of u32 token ids, as one typed array. */
+  tokens(name: string): Uint32Array {
+    if (!this.has(name)) this.#missing(name);
+    const v = this.body[name];
+    if (!Array.isArray(v)) this.#bad(name, 'a sequence of u32');
+    const out = new Uint32Array(v.length);
+    for (let i = 0; i < v.length; i++) {
+      const t = v[i];
+      if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0xffffffff) {
+        throw new HttpError(422, `${name}[${i}]: invalid value ${JSON.stringify(t)}, expected u32`);
+      }
+      out[i] = t;
+    }
+    return out;
+  }
+
+  /** An array of i64s (Dynamo's hash wire form), as their u64 bit patterns. */
+  hashes(name: string): BigUint64Array {
+    if (!this.has(name)) this.#missing(name);
+    const v = this.body[name];
+    if (!Array.isArray(v)) this.#bad(name, 'a sequence of i64');
+    const out = new BigUint64Array(v.length);
+    for (let i = 0; i < v.length; i++) {
+      const h = bigOf(v[i]);
+      if (h === null || h < -(1n << 63n) || h >= 1n << 63n) {
+        throw new HttpError(422, `${name}[${i}]: invalid value, expected i64`);
+      }
+      out[i] = BigInt.asUintN(64, h);
+    }
+    return out;
+  }
+}
+
+/** JSON text with bigints written as exact integers. */
+export function jsonExact(value: unknown): string {
+  return JSON.stringify(value, (_k, v) => (typeof v === 'bigint' ? `${BIG}${v}` : v)).replace(
+    /"\\u0000int:(-?\d+)"/g,
+    '$1',
+  );
+}

@@ -1,0 +1,137 @@
+import { Counter, Gauge, Registry as PromRegistry } from 'prom-client';
+import type { Registry } from './registry.js';
+
+/**
+ * The indexer's Prometheus metrics: requests and errors by route, and per worker its stream's
+ * state (last seq, seconds since its last batch, recoveries by kind, restarts, reconnects), read
+ * from the subscriptions' counters at scrape time.
+ */
+export function indexerMetrics(registry: Registry): {
+  prom: PromRegistry;
+  request(route: string): void;
+  error(route: string, status: number): void;
+} {
+  const prom = new PromRegistry();
+  const requests = new Counter({
+    name: 'kvplane_indexer_requests_total',
+    help: 'HTTP requests by route',
+    labelNames: ['endpoint'],
+    registers: [prom],
+  });
+  const errors = new Counter({
+    name: 'kvplane_indexer_errors_total',
+    help: 'HTTP error answers by route and status class',
+    labelNames: ['endpoint', 'status_class'],
+    registers: [prom],
+  });
+  const subs = () => [...registry.indexes().values()].flatMap((ix) => ix.stats().subscriptions);
+  const perWorker = (
+    name: string,
+    help: string,
+    read: (s: ReturnType<typeof subs>[number]) => number | null,
+    kind: 'gauge' | 'counter' = 'gauge',
+  ) => {
+    const Metric = kind === 'gauge' ? Gauge : Counter;
+    return new Metric({
+      name,
+      help,
+      labelNames: ['instance_id', 'dp_rank'],
+      registers: [prom],
+      collect(this: Gauge | Counter) {
+        this.reset();
+        for (const s of subs()) {
+          const v = read(s);
+          if (v === null) continue;
+          const labels = { instance_id: s.workerId.toString(), dp_rank: String(s.dpRank) };
+          if (this instanceof Gauge) this.set(labels, v);
+          else this.inc(labels, v);
+        }
+      },
+    });
+  };
+  new Gauge({
+    name: 'kvplane_indexer_models',
+    help: '(model, routing group) indexes',
+    registers: [prom],
+    collect() {
+      this.set(registry.indexes().size);
+    },
+  });
+  new Gauge({
+    name: 'kvplane_indexer_workers',
+    help: 'registered instances',
+    registers: [prom],
+    collect() {
+      this.set(registry.instances().size);
+    },
+  });
+  perWorker('kvplane_indexer_worker_last_seq', 'last seq applied from the worker (node numbering)', (s) =>
+    s.lastSeq === null ? null : Number(s.lastSeq),
+  );
+  perWorker('kvplane_indexer_worker_lag_seconds', 'seconds since the last batch applied from the worker', (s) =>
+    s.lastBatchAt === null ? null : (Date.now() - s.lastBatchAt) / 1000,
+  );
+  perWorker('kvplane_indexer_worker_live', '1 when the worker is followed live (not connecting, recovering or backing off)', (s) =>
+    s.state === 'live' ? 1 : 0,
+  );
+  perWorker('kvplane_indexer_worker_events_total', 'events applied from the worker', (s) => s.events, 'counter');
+  perWorker('kvplane_indexer_worker_restarts_total', 'node restarts seen', (s) => s.restarts, 'counter');
+  perWorker('kvplane_indexer_worker_reconnects_total', 'streams lost and opened again', (s) => s.reconnects, 'counter');
+  perWorker('kvplane_indexer_worker_duplicates_total', 'batches skipped as already applied', (s) => s.duplicates, 'counter');
+  perWorker('kvplane_indexer_worker_undecodable_total', 'batches that did not decode', (s) => s.undecodable, 'counter');
+  new Counter({
+    name: 'kvplane_indexer_worker_recoveries_total',
+    help: 'recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)',
+    labelNames: ['instance_id', 'dp_rank', 'kind'],
+    registers: [prom],
+    collect() {
+      this.reset();
+      for (const s of subs()) {
+        for (const [kind, n] of Object.entries(s.recoveries)) {
+          this.inc({ instance_id: s.workerId.toString(), dp_rank: String(s.dpRank), kind }, n);
+        }
+      }
+    },
+  });
+  new Counter({
+    name: 'kvplane_indexer_drops_total',
+    help: 'events not indexed, by index and reason',
+    labelNames: ['index', 'reason'],
+    registers: [prom],
+    collect() {
+      this.reset();
+      for (const [key, ix] of registry.indexes()) {
+        for (const [reason, n] of Object.entries(ix.stats().drops)) this.inc({ index: key, reason }, n);
+      }
+    },
+  });
+  new Gauge({
+    name: 'kvplane_indexer_memberships',
+    help: '(worker, block) memberships by index and tier',
+    labelNames: ['index', 'tier'],
+    registers: [prom],
+    collect() {
+      this.reset();
+      for (const [key, ix] of registry.indexes()) {
+        for (const t of ix.stats().tiers) this.set({ index: key, tier: t.tier }, t.memberships);
+      }
+    },
+  });
+  new Gauge({
+    name: 'kvplane_indexer_index_bytes',
+    help: 'heap bytes of each index, all tiers',
+    labelNames: ['index'],
+    registers: [prom],
+    collect() {
+      this.reset();
+      for (const [key, ix] of registry.indexes()) {
+        this.set({ index: key }, ix.stats().tiers.reduce((a, t) => a + t.bytes, 0));
+      }
+    },
+  });
+  return {
+    prom,
+    request: (route) => requests.inc({ endpoint: route }),
+    error: (route, status) => errors.inc({ endpoint: route, status_class: status >= 500 ? '5xx' : '4xx' }),
+  };
+}

@@ -1,0 +1,154 @@
+import { RouterIndex } from '../router_index.js';
+import type { WorkerSource } from '../router_index.js';
+import { HttpError } from './json.js';
+
+/** One registered `(instance, rank)`: where its events come from. */
+export interface Registration {
+  instanceId: bigint;
+  dpRank: number;
+  modelName: string;
+  routingGroup: string;
+  blockSize: number;
+  /** ZMQ publisher (`tcp://`, `ipc://`, `inproc://`) or an SMG-proto gRPC server (`grpc://HOST:PORT`). */
+  endpoint: string;
+  replayEndpoint: string | null;
+  /** A kvplane node registered by its HTTP URL (its endpoint was found from its `/healthz`). */
+  url: string | null;
+}
+
+interface Instance {
+  modelName: string;
+  routingGroup: string;
+  ranks: Map<number, Registration>;
+}
+
+const ENDPOINT = /^(tcp|ipc|inproc|grpc):\/\/(.*)$/;
+
+/** Checks a ZMQ (or `grpc://`) endpoint as Dynamo's indexer does: a 400 says what is wrong. */
+export function checkEndpoint(endpoint: string, what = 'ZMQ endpoint'): void {
+  const m = ENDPOINT.exec(endpoint);
+  const bad = (why: string): never => {
+    throw new HttpError(400, `invalid ${what} \`${endpoint}\`: ${why}`);
+  };
+  if (!endpoint.includes('://')) bad('missing scheme');
+  if (!m) bad(`unsupported scheme \`${endpoint.split('://')[0]}\``);
+  const [, scheme, address] = m as RegExpExecArray;
+  if (address === '') bad('missing address');
+  if (scheme === 'tcp' || scheme === 'grpc') {
+    const at = (address as string).lastIndexOf(':');
+    if (at < 0) bad('missing TCP port');
+    const host = (address as string).slice(0, at);
+    const port = (address as string).slice(at + 1);
+    if (host === '') bad('missing TCP host');
+    if (host.startsWith('[') && !host.endsWith(']')) bad('missing closing `]`');
+    if (!/^\d+$/.test(port) || Number(port) > 65535) bad(`invalid TCP port: ${port}`);
+  }
+}
+
+/**
+ * The indexer's registrations and its indexes: one `RouterIndex` per (model, routing group),
+ * created with its first worker's block size and dropped with its last worker, as Dynamo's
+ * standalone indexer keeps them.
+ */
+export class Registry {
+  readonly #indexes = new Map<string, RouterIndex>();
+  readonly #instances = new Map<bigint, Instance>();
+  readonly #onWarning: ((msg: string, detail: Record<string, unknown>) => void) | undefined;
+  /** Called after every change (the state file is written from it). */
+  onChange: (() => void) | null = null;
+
+  constructor(onWarning?: (msg: string, detail: Record<string, unknown>) => void) {
+    this.#onWarning = onWarning;
+  }
+
+  static key(model: string, group: string): string {
+    return `${model}:${group}`;
+  }
+
+  index(model: string, group: string): RouterIndex {
+    const ix = this.#indexes.get(Registry.key(model, group));
+    if (!ix) throw new HttpError(404, `no indexer for model=${model} routing_group=${group}`);
+    return ix;
+  }
+
+  indexes(): ReadonlyMap<string, RouterIndex> {
+    return this.#indexes;
+  }
+
+  /** Every registration, in order. */
+  registrations(): Registration[] {
+    return [...this.#instances.values()].flatMap((i) => [...i.ranks.values()]);
+  }
+
+  instances(): ReadonlyMap<bigint, { modelName: string; routingGroup: string; ranks: ReadonlyMap<number, Registration> }> {
+    return this.#instances;
+  }
+
+  register(r: Registration, source: WorkerSource): void {
+    const inst = this.#instances.get(r.instanceId);
+    if (inst && (inst.modelName !== r.modelName || inst.routingGroup !== r.routingGroup)) {
+      throw new HttpError(
+        409,
+        `instance ${r.instanceId} is already registered for model=${inst.modelName} routing_group=${inst.routingGroup}`,
+      );
+    }
+    if (inst?.ranks.has(r.dpRank)) throw new HttpError(409, `instance ${r.instanceId} dp_rank ${r.dpRank} already registered`);
+    const key = Registry.key(r.modelName, r.routingGroup);
+    let ix = this.#indexes.get(key);
+    if (ix && ix.blockSize !== r.blockSize) {
+      throw new HttpError(
+        409,
+        `block_size mismatch for model=${r.modelName} routing_group=${r.routingGroup}: existing=${ix.blockSize}, requested=${r.blockSize}`,
+      );
+    }
+    if (!ix) {
+      if (r.blockSize < 1) throw new HttpError(400, 'block_size must be at least 1');
+      ix = new RouterIndex({ blockSize: r.blockSize, onWarning: this.#onWarning });
+      this.#indexes.set(key, ix);
+    }
+    try {
+      ix.subscribe(r.instanceId, { ...source, dpRank: r.dpRank });
+    } catch (err) {
+      if (ix.stats().subscriptions.length === 0) {
+        this.#indexes.delete(key);
+        void ix.close();
+      }
+      throw new HttpError(400, (err as Error).message);
+    }
+    const entry = inst ?? { modelName: r.modelName, routingGroup: r.routingGroup, ranks: new Map() };
+    entry.ranks.set(r.dpRank, r);
+    this.#instances.set(r.instanceId, entry);
+    this.onChange?.();
+  }
+
+  /** Removes an instance (or one rank of it: `dpRank` counts only with `routingGroup`, as Dynamo's). */
+  async unregister(id: bigint, modelName: string, routingGroup: string | null, dpRank: number | null): Promise<void> {
+    const inst = this.#instances.get(id);
+    if (!inst) throw new HttpError(404, `instance ${id} not found`);
+    if (inst.modelName !== modelName || (routingGroup !== null && inst.routingGroup !== routingGroup)) {
+      throw new HttpError(404, `instance ${id} is registered for model=${inst.modelName} routing_group=${inst.routingGroup}`);
+    }
+    const key = Registry.key(inst.modelName, inst.routingGroup);
+    const ix = this.#indexes.get(key) as RouterIndex;
+    const one = routingGroup !== null && dpRank !== null;
+    if (one && !inst.ranks.has(dpRank)) throw new HttpError(404, `instance ${id} dp_rank ${dpRank} not found`);
+    if (one && inst.ranks.size > 1) {
+      inst.ranks.delete(dpRank);
+      await ix.unsubscribe(id, dpRank);
+    } else {
+      this.#instances.delete(id);
+      await ix.unsubscribe(id);
+    }
+    if (![...this.#instances.values()].some((i) => Registry.key(i.modelName, i.routingGroup) === key)) {
+      this.#indexes.delete(key);
+      await ix.close();
+    }
+    this.onChange?.();
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.#indexes.values()];
+    this.#indexes.clear();
+    await Promise.all(all.map((ix) => ix.close()));
+  }
+}

@@ -1,0 +1,312 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { queryAnswer } from './answers.js';
+import { Fields, HttpError, jsonExact, parseJsonExact } from './json.js';
+import { indexerMetrics } from './metrics.js';
+import { checkEndpoint, type Registration, Registry } from './registry.js';
+import { discoverNode, sourceOf } from './sources.js';
+import { loadRegistrations, saveRegistrations } from './state.js';
+
+export interface IndexerServerOptions {
+  /** Default `0.0.0.0`, as Dynamo's indexer. */
+  host?: string;
+  /** Default 8090, as Dynamo's indexer; 0 lets the OS pick (read `port`). */
+  port?: number;
+  /** Registrations are kept here and followed again after a restart. */
+  stateFile?: string;
+  /** Registered at start (`--workers`). */
+  workers?: readonly Omit<Registration, 'url' | 'replayEndpoint'>[];
+  onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+}
+
+/** Body limits: `/query` and `/query_by_hash` take 8 MiB (long prompts), the rest 2 MB. */
+const QUERY_BODY_BYTES = 8 * 1024 * 1024;
+const BODY_BYTES = 2 * 1000 * 1000;
+
+const ROUTES: Record<string, 'GET' | 'POST'> = {
+  '/register': 'POST',
+  '/unregister': 'POST',
+  '/workers': 'GET',
+  '/query': 'POST',
+  '/query_by_hash': 'POST',
+  '/dump': 'GET',
+  '/health': 'GET',
+  '/metrics': 'GET',
+};
+
+/**
+ * `kvplane indexer`: Dynamo's standalone KV indexer HTTP API (Mooncake KV Indexer RFC) over
+ * `RouterIndex`es (docs/architecture.md#router-side), with the same routes, field names, answer
+ * shapes and statuses, every error a JSON `{"error": ...}`; plus the registration of a kvplane
+ * node by its HTTP URL and a state file that outlives restarts.
+ */
+export class IndexerServer {
+  readonly registry: Registry;
+  readonly #server: Server;
+  readonly #metrics;
+  readonly #stateFile: string | undefined;
+
+  private constructor(server: Server, registry: Registry, stateFile: string | undefined) {
+    this.#server = server;
+    this.registry = registry;
+    this.#stateFile = stateFile;
+    this.#metrics = indexerMetrics(registry);
+  }
+
+  static async create(opts: IndexerServerOptions = {}): Promise<IndexerServer> {
+    const registry = new Registry(opts.onWarning);
+    const saved = opts.stateFile ? loadRegistrations(opts.stateFile) : [];
+    for (const r of saved) registry.register(r, sourceOf(r));
+    for (const w of opts.workers ?? []) {
+      if (registry.instances().get(w.instanceId)?.ranks.has(w.dpRank)) continue;
+      const r: Registration = { ...w, replayEndpoint: null, url: null };
+      checkEndpoint(r.endpoint);
+      registry.register(r, sourceOf(r));
+    }
+    const stateFile = opts.stateFile;
+    if (stateFile) {
+      registry.onChange = () => saveRegistrations(stateFile, registry.registrations());
+      registry.onChange();
+    }
+    const server = createServer();
+    const self = new IndexerServer(server, registry, stateFile);
+    server.on('request', (req: IncomingMessage, res: ServerResponse) => void self.#handle(req, res));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(opts.port ?? 8090, opts.host ?? '0.0.0.0', () => resolve());
+    });
+    return self;
+  }
+
+  get port(): number {
+    return (this.#server.address() as AddressInfo).port;
+  }
+
+  get url(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://indexer');
+    const route = url.pathname;
+    const method = ROUTES[route];
+    try {
+      if (method === undefined) throw new HttpError(404, `no route ${route}`);
+      const m = req.method === 'HEAD' ? 'GET' : req.method;
+      if (m !== method) {
+        res.setHeader('allow', method === 'GET' ? 'GET,HEAD' : 'POST');
+        throw new HttpError(405, `${req.method} is not allowed on ${route}`);
+      }
+      if (route !== '/metrics') this.#metrics.request(route);
+      if (method === 'GET') return await this.#get(route, url, res);
+      const limit = route.startsWith('/query') ? QUERY_BODY_BYTES : BODY_BYTES;
+      const body = Fields.of(parseJsonExact(await readJson(req, limit)));
+      const answer = await this.#post(route, body);
+      this.#send(res, answer.status, answer.body);
+    } catch (err) {
+      const status = err instanceof HttpError ? err.status : 500;
+      if (method !== undefined) this.#metrics.error(route, status);
+      if (status === 413) res.setHeader('connection', 'close');
+      this.#send(res, status, { error: (err as Error).message });
+    }
+  }
+
+  async #get(route: string, url: URL, res: ServerResponse): Promise<void> {
+    switch (route) {
+      case '/workers':
+        return this.#send(res, 200, this.#workers(url.searchParams.get('model_name'), url.searchParams.get('routing_group')));
+      case '/dump':
+        return this.#send(res, 200, this.#dump());
+      case '/health':
+        return this.#send(res, 200, this.#health());
+      default: {
+        const text = await this.#metrics.prom.metrics();
+        res.writeHead(200, { 'content-type': this.#metrics.prom.contentType });
+        res.end(text);
+      }
+    }
+  }
+
+  async #post(route: string, f: Fields): Promise<{ status: number; body: unknown }> {
+    switch (route) {
+      case '/register':
+        await this.#register(f);
+        return { status: 201, body: { status: 'ok' } };
+      case '/unregister':
+        await this.registry.unregister(
+          f.u64('instance_id'),
+          f.str('model_name'),
+          f.str('routing_group', null),
+          f.has('dp_rank') ? f.u32('dp_rank') : null,
+        );
+        return { status: 200, body: { status: 'ok' } };
+      case '/query': {
+        const tokens = f.tokens('token_ids');
+        const ix = this.registry.index(f.str('model_name'), f.str('routing_group', 'default') as string);
+        const m = ix.findMatches(tokens, { loraName: f.str('lora_name', null), cacheSalt: f.str('cache_salt', null) });
+        return { status: 200, body: queryAnswer(m, ix.blockSize) };
+      }
+      default: {
+        const hashes = f.hashes('block_hashes');
+        if (f.has('cache_salt')) {
+          throw new HttpError(
+            400,
+            'cache_salt is not accepted by /query_by_hash; block_hashes must already include the intended cache salt',
+          );
+        }
+        const ix = this.registry.index(f.str('model_name'), f.str('routing_group', 'default') as string);
+        return { status: 200, body: queryAnswer(ix.findMatchesByHash(hashes), ix.blockSize) };
+      }
+    }
+  }
+
+  async #register(f: Fields): Promise<void> {
+    const instanceId = f.u64('instance_id');
+    const modelName = f.str('model_name');
+    const blockSize = f.u32('block_size');
+    const routingGroup = f.str('routing_group', 'default') as string;
+    const dpRank = f.u32('dp_rank', 0);
+    const url = f.str('url', null);
+    let endpoint = f.has('endpoint') || url === null ? f.str('endpoint') : null;
+    let replayEndpoint = f.str('replay_endpoint', null);
+    if (endpoint !== null) checkEndpoint(endpoint);
+    if (replayEndpoint !== null) {
+      try {
+        checkEndpoint(replayEndpoint);
+      } catch (err) {
+        throw new HttpError(400, `invalid replay endpoint \`${replayEndpoint}\`: ${(err as Error).message}`);
+      }
+    }
+    if (endpoint === null && url !== null) ({ endpoint, replayEndpoint } = await discoverNode(url));
+    const r: Registration = {
+      instanceId,
+      dpRank,
+      modelName,
+      routingGroup,
+      blockSize,
+      endpoint: endpoint as string,
+      replayEndpoint,
+      url,
+    };
+    this.registry.register(r, sourceOf(r));
+  }
+
+  #workers(model: string | null, group: string | null): unknown[] {
+    const out: unknown[] = [];
+    for (const [id, inst] of this.registry.instances()) {
+      if ((model !== null && inst.modelName !== model) || (group !== null && inst.routingGroup !== group)) continue;
+      const ix = this.registry.index(inst.modelName, inst.routingGroup);
+      const endpoints: Record<string, string> = {};
+      const listeners: Record<string, unknown> = {};
+      let blockSize = 0;
+      const states: string[] = [];
+      for (const [rank, r] of inst.ranks) {
+        blockSize = r.blockSize;
+        endpoints[rank] = r.endpoint;
+        const s = ix.subscription(id, rank)?.stats();
+        const status = s === undefined ? 'failed' : s.state === 'live' ? 'active' : s.state === 'closed' ? 'failed' : 'pending';
+        states.push(status);
+        listeners[rank] = {
+          endpoint: r.endpoint,
+          status,
+          ...(s?.lastError ? { last_error: s.lastError } : {}),
+          ...(r.url ? { url: r.url } : {}),
+          ...(s ? { state: s.state, last_seq: s.lastSeq, recoveries: s.recoveries } : {}),
+        };
+      }
+      const status = states.includes('failed') ? 'failed' : states.includes('pending') ? 'pending' : 'active';
+      out.push({
+        instance_id: id,
+        source: [...inst.ranks.values()].some((r) => r.endpoint.startsWith('grpc://')) ? 'grpc' : 'zmq',
+        status,
+        model_name: inst.modelName,
+        routing_group: inst.routingGroup,
+        block_size: blockSize,
+        endpoints,
+        listeners,
+      });
+    }
+    return out;
+  }
+
+  #dump(): Record<string, unknown> {
+    const out: Record<string, unknown> = {};
+    for (const [key, ix] of this.registry.indexes()) {
+      out[key] = {
+        block_size: ix.blockSize,
+        events: ix.dump().map((s) => ({
+          worker_id: s.workerId,
+          storage_tier: s.tier,
+          event: {
+            event_id: 0,
+            data: { stored: { parent_hash: s.parent, blocks: [...s.blockHashes].map((h) => ({ block_hash: h })) } },
+            dp_rank: s.dpRank,
+          },
+        })),
+      };
+    }
+    return out;
+  }
+
+  #health(): Record<string, unknown> {
+    const subs = [...this.registry.indexes().values()].flatMap((ix) => ix.stats().subscriptions);
+    const brief = (s: (typeof subs)[number]) => ({ instance_id: s.workerId, dp_rank: s.dpRank, state: s.state, last_error: s.lastError });
+    const recovering = subs.filter((s) => s.state === 'recovering').map(brief);
+    const stale = subs.filter((s) => s.state === 'connecting' || s.state === 'backoff').map(brief);
+    return {
+      status: recovering.length + stale.length === 0 ? 'ok' : 'degraded',
+      workers: subs.length,
+      recovering,
+      stale,
+    };
+  }
+
+  #send(res: ServerResponse, status: number, body: unknown): void {
+    if (res.headersSent) return;
+    const text = jsonExact(body);
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+    res.end(res.req.method === 'HEAD' ? undefined : text);
+  }
+
+  async close(): Promise<void> {
+    this.#server.closeAllConnections();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    await this.registry.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+/** The body of a JSON request, at most `limit` bytes (413 past it; 415 without a JSON content type). */
+async function readJson(req: IncomingMessage, limit: number): Promise<string> {
+  const type = req.headers['content-type'] ?? '';
+  if (!/^application\/json\s*(;|$)/i.test(type)) {
+    req.resume();
+    throw new HttpError(415, 'Expected request with `Content-Type: application/json`');
+  }
+  const declared = Number(req.headers['content-length'] ?? 0);
+  if (declared > limit) {
+    req.resume();
+    throw new HttpError(413, `request body over ${limit} bytes`);
+  }
+  // Read to the end even past the limit (what is over it is dropped), so the answer can be sent.
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limit) chunks.push(chunk);
+      else if (chunks.length > 0) {
+        chunks.length = 0;
+        reject(new HttpError(413, `request body over ${limit} bytes`));
+      }
+    });
+    req.on('end', () => {
+      if (size <= limit) resolve(Buffer.concat(chunks).toString('utf8'));
+      else reject(new HttpError(413, `request body over ${limit} bytes`));
+    });
+    req.on('error', reject);
+  });
+}

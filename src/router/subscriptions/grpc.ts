@@ -1,0 +1,218 @@
+import { type ClientReadableStream, Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
+import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
+import { Backoff, emptyRecoveries, type RouterTarget, type Subscription, type SubscriptionStats } from './subscription.js';
+
+export interface GrpcSubscriptionOptions {
+  workerId: bigint;
+  /** `HOST:PORT` of a kvplane node's gRPC server, or of any server of SMG's `SubscribeKvEvents`. */
+  address: string;
+  /** The service to call it on. Default `vllm.grpc.engine.VllmEngine` (kvplane serves every one). */
+  service?: string;
+  /** Bearer token, for a node started with one. */
+  token?: string;
+  /** Rank for batches that name none. Default 0. */
+  dpRank?: number;
+  onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+}
+
+const raw = (b: Buffer) => b;
+const EPOCH_KEY = 'x-kvplane-epoch';
+
+/**
+ * A worker followed over gRPC `SubscribeKvEvents` (docs/architecture.md#router-side). Joining, it
+ * subscribes from 0: the node sends its state as snapshot chunks (each rank's first begins with
+ * its clear), then live batches. After a lost stream it resumes from the last applied seq + 1 on
+ * the same epoch; an expired cursor (`OUT_OF_RANGE`) or another epoch (the node restarted)
+ * starts over from 0, the worker's state dropped when the new snapshot's first batch arrives. A
+ * seq gap on the stream reopens it from the missing seq.
+ */
+export class GrpcSubscription implements Subscription {
+  readonly workerId: bigint;
+  readonly dpRank: number;
+  readonly #o: GrpcSubscriptionOptions;
+  readonly #target: RouterTarget;
+  readonly #client: Client;
+  readonly #backoff = new Backoff();
+  #call: ClientReadableStream<Buffer> | null = null;
+  #timer: NodeJS.Timeout | null = null;
+  #closed = false;
+  /** Starting over: the worker is cleared before the first batch of the new stream is applied. */
+  #fresh = true;
+  #clearPending = false;
+  readonly #stats: SubscriptionStats;
+
+  constructor(target: RouterTarget, o: GrpcSubscriptionOptions) {
+    this.#target = target;
+    this.#o = o;
+    this.workerId = o.workerId;
+    this.dpRank = o.dpRank ?? 0;
+    this.#client = new Client(o.address, credentials.createInsecure(), {
+      'grpc.max_receive_message_length': -1,
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.max_reconnect_backoff_ms': 5000,
+    });
+    this.#stats = {
+      workerId: o.workerId,
+      dpRank: this.dpRank,
+      kind: 'grpc',
+      endpoint: o.address,
+      state: 'connecting',
+      lastSeq: null,
+      epoch: null,
+      batches: 0,
+      events: 0,
+      lastBatchAt: null,
+      recoveries: emptyRecoveries(),
+      restarts: 0,
+      reconnects: 0,
+      duplicates: 0,
+      undecodable: 0,
+      lastError: null,
+    };
+  }
+
+  start(): void {
+    this.#open();
+  }
+
+  stats(): SubscriptionStats {
+    return { ...this.#stats, recoveries: { ...this.#stats.recoveries } };
+  }
+
+  async stop(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#stats.state = 'closed';
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#call?.cancel();
+    this.#call = null;
+    this.#client.close();
+  }
+
+  /** Drops the stream, as a network failure would (tests and fault injection). */
+  interrupt(): void {
+    const call = this.#call;
+    if (call === null) return;
+    this.#call = null;
+    call.cancel();
+    this.#retry('interrupted', 0);
+  }
+
+  #open(): void {
+    if (this.#closed) return;
+    const s = this.#stats;
+    const from = this.#fresh || s.lastSeq === null ? 0n : s.lastSeq + 1n;
+    if (from === 0n) {
+      this.#fresh = true;
+      this.#clearPending = true;
+    }
+    s.state = from === 0n ? 'recovering' : 'connecting';
+    const md = new Metadata();
+    if (this.#o.token) md.set('authorization', `Bearer ${this.#o.token}`);
+    const path = subscribePath(this.#o.service ?? 'vllm.grpc.engine.VllmEngine');
+    const call = this.#client.makeServerStreamRequest(path, raw, raw, encodeSubscribeRequest(from), md, {});
+    this.#call = call;
+    call.on('metadata', (m: Metadata) => {
+      if (this.#call !== call) return;
+      const v = m.get(EPOCH_KEY)[0];
+      const epoch = v === undefined ? null : BigInt(v.toString());
+      if (epoch !== null && s.epoch !== null && epoch !== s.epoch) {
+        s.restarts++;
+        if (from !== 0n) {
+          // The node restarted: this cursor means nothing to it. Start over from its snapshot.
+          s.epoch = epoch;
+          this.#restartFromSnapshot(call, 'node restarted (epoch changed)');
+          return;
+        }
+      }
+      if (epoch !== null) s.epoch = epoch;
+      if (from !== 0n) {
+        s.recoveries.resume++;
+        s.state = 'live';
+      }
+    });
+    call.on('data', (buf: Buffer) => this.#batch(call, buf));
+    call.on('error', (err: ServiceError) => this.#failed(call, err));
+    call.on('end', () => {
+      if (this.#call === call) this.#retry('stream ended', 0);
+    });
+  }
+
+  #batch(call: ClientReadableStream<Buffer>, buf: Buffer): void {
+    if (this.#call !== call) return;
+    const s = this.#stats;
+    if (this.#clearPending) {
+      this.#target.clearWorker(this.workerId);
+      this.#clearPending = false;
+      s.recoveries.snapshot++;
+    }
+    let r: { outcome: string; seq: bigint; events: number };
+    try {
+      r = this.#target.applyNumbered(this.workerId, this.dpRank, buf, this.#fresh ? null : (s.lastSeq ?? -1n) + 1n);
+    } catch (err) {
+      // Undecodable: what this worker holds is unknown from here. Rebuild it.
+      s.undecodable++;
+      this.#restartFromSnapshot(call, `undecodable batch: ${(err as Error).message}`);
+      return;
+    }
+    if (r.outcome === 'duplicate') {
+      s.duplicates++;
+      return;
+    }
+    if (r.outcome === 'gap') {
+      this.#warn('seq gap on the stream; resubscribing from the missing seq', { expected: s.lastSeq, got: r.seq });
+      this.#call = null;
+      call.cancel();
+      this.#retry('gap', 0);
+      return;
+    }
+    this.#fresh = false;
+    s.lastSeq = r.seq;
+    s.batches++;
+    s.events += r.events;
+    s.lastBatchAt = Date.now();
+    s.state = 'live';
+    this.#backoff.reset();
+  }
+
+  #restartFromSnapshot(call: ClientReadableStream<Buffer>, why: string): void {
+    this.#warn('rebuilding the worker from a snapshot', { reason: why });
+    this.#fresh = true;
+    this.#call = null;
+    call.cancel();
+    this.#retry(why, 0);
+  }
+
+  #failed(call: ClientReadableStream<Buffer>, err: ServiceError): void {
+    if (this.#call !== call) return;
+    const s = this.#stats;
+    s.lastError = `${status[err.code] ?? err.code}: ${err.details}`;
+    if (err.code === status.OUT_OF_RANGE) {
+      // Expired cursor: the node's log no longer reaches back to it.
+      this.#fresh = true;
+      this.#retry(s.lastError, 0);
+    } else if (err.code === status.RESOURCE_EXHAUSTED) {
+      // Cut off for lagging: resume where it stopped.
+      this.#retry(s.lastError, 0);
+    } else {
+      this.#retry(s.lastError, this.#backoff.delay());
+    }
+  }
+
+  #retry(why: string, delayMs: number): void {
+    this.#call = null;
+    if (this.#closed) return;
+    this.#stats.reconnects++;
+    this.#stats.state = 'backoff';
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#open();
+    }, delayMs);
+    if (delayMs > 0) this.#warn('stream lost; reconnecting', { reason: why, delay_ms: Math.round(delayMs) });
+  }
+
+  #warn(msg: string, detail: Record<string, unknown>): void {
+    this.#o.onWarning?.(msg, { worker_id: this.workerId, address: this.#o.address, ...detail });
+  }
+}

@@ -1,0 +1,90 @@
+/**
+ * A router's subscription to one worker's stream (docs/architecture.md#router-side): it keeps
+ * that worker's part of a `RouterIndex` current, recovering from gaps and restarts by itself.
+ */
+
+/** What a subscription applies its worker's batches to: a `RouterIndex`'s native side. */
+export interface RouterTarget {
+  applyPayload(workerId: bigint, rank: number, bytes: Uint8Array, dialect: string): { events: number };
+  applyNumbered(
+    workerId: bigint,
+    rank: number,
+    bytes: Uint8Array,
+    expected?: bigint | null,
+  ): { outcome: string; seq: bigint; events: number };
+  clearWorker(workerId: bigint, rank?: number | null): void;
+}
+
+/** How a worker's state was recovered, by kind. */
+export interface RecoveryCounts {
+  /** Resumed from the last applied seq (the node still had it). */
+  resume: number;
+  /** Rebuilt from a snapshot or tree dump (joining, an expired cursor, a restart). */
+  snapshot: number;
+  /** Gaps filled from an engine's replay socket. */
+  replay: number;
+  /** State unknown and nothing to rebuild it from: the worker was cleared. */
+  cleared: number;
+}
+
+export interface SubscriptionStats {
+  workerId: bigint;
+  /** The registration's DP rank (the batches' own ranks are indexed under theirs). */
+  dpRank: number;
+  kind: 'grpc' | 'zmq';
+  endpoint: string;
+  /** `connecting`, `recovering` (a snapshot or replay is being applied), `live`, `backoff`, `closed`. */
+  state: string;
+  /** The last seq applied (the node's or engine's numbering), or `null`. */
+  lastSeq: bigint | null;
+  /** The node's epoch (gRPC to a kvplane node), or `null`. */
+  epoch: bigint | null;
+  batches: number;
+  events: number;
+  /** `Date.now()` of the last batch applied, or `null`. */
+  lastBatchAt: number | null;
+  recoveries: RecoveryCounts;
+  /** Node restarts seen (epoch change, or an engine's seq falling back). */
+  restarts: number;
+  /** Times the stream was lost and opened again. */
+  reconnects: number;
+  /** Batches skipped as already applied. */
+  duplicates: number;
+  /** Batches that did not decode (then the worker's state is rebuilt). */
+  undecodable: number;
+  lastError: string | null;
+}
+
+export interface Subscription {
+  readonly workerId: bigint;
+  readonly dpRank: number;
+  start(): void;
+  stop(): Promise<void>;
+  stats(): SubscriptionStats;
+}
+
+/** Capped exponential backoff: 100 ms doubling to 5 s, back to the start after a success. */
+export class Backoff {
+  #next = 100;
+  constructor(
+    readonly minMs = 100,
+    readonly maxMs = 5000,
+  ) {
+    this.#next = minMs;
+  }
+
+  /** The delay before the next attempt (then it doubles). */
+  delay(): number {
+    const d = this.#next;
+    this.#next = Math.min(this.maxMs, this.#next * 2);
+    return d * (0.8 + 0.4 * Math.random());
+  }
+
+  reset(): void {
+    this.#next = this.minMs;
+  }
+}
+
+export function emptyRecoveries(): RecoveryCounts {
+  return { resume: 0, snapshot: 0, replay: 0, cleared: 0 };
+}

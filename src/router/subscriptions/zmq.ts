@@ -1,0 +1,112 @@
+import type { Dialect } from '../../codec.js';
+import { invalidArg } from '../../errors.js';
+import type { KvEvent } from '../../events.js';
+import { EngineZmqSource } from '../../sources/engine/zmq_source.js';
+import type { RelaySink } from '../../sources/source.js';
+import { emptyRecoveries, type RouterTarget, type Subscription, type SubscriptionStats } from './subscription.js';
+
+export interface ZmqSubscriptionOptions {
+  workerId: bigint;
+  /** The registration's DP rank: batches naming no rank are indexed under it. Default 0. */
+  dpRank?: number;
+  /** The publisher to connect to, `tcp://HOST:PORT` (vLLM's and SGLang's bind; this connects). */
+  endpoint: string;
+  /** The publisher's replay ROUTER; `null`: a gap clears the worker. */
+  replayEndpoint?: string | null;
+  /** Payload dialect. Default `vllm` (kvplane nodes publish it too). */
+  dialect?: 'vllm' | 'sglang' | 'trtllm';
+  /**
+   * Whether this is the worker's only subscription: then a clear drops every rank of it (a node
+   * publishing all its ranks on one socket); else only `dpRank`.
+   */
+  wholeWorker?: () => boolean;
+  onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+}
+
+/**
+ * A worker followed over an engine's ZMQ publisher (vLLM, SGLang, TensorRT-LLM, or a kvplane
+ * node's vLLM-format stream), with the engine relay's follower: a seq gap is fetched from the
+ * replay socket before later batches are applied; a range the publisher no longer has, a
+ * publisher without replay, or a restart (its seq falls back) clears the worker, which rebuilds
+ * from what follows.
+ */
+export class ZmqSubscription implements Subscription {
+  readonly workerId: bigint;
+  readonly dpRank: number;
+  readonly #source: EngineZmqSource;
+  readonly #o: ZmqSubscriptionOptions;
+  readonly #sink: RelaySink;
+  #events = 0;
+  #batches = 0;
+  #lastBatchAt: number | null = null;
+  #closed = false;
+
+  constructor(target: RouterTarget, o: ZmqSubscriptionOptions) {
+    this.#o = o;
+    this.workerId = o.workerId;
+    this.dpRank = o.dpRank ?? 0;
+    this.#source = new EngineZmqSource({
+      engine: o.dialect ?? 'vllm',
+      endpoint: o.endpoint,
+      replayEndpoint: o.replayEndpoint ?? null,
+      dpSize: 1,
+      coalesceBytes: 0,
+      onWarning: o.onWarning,
+    });
+    const clear = () => target.clearWorker(this.workerId, o.wholeWorker?.() === false ? this.dpRank : null);
+    const apply = (bytes: Uint8Array, dialect: Dialect) => {
+      const r = target.applyPayload(this.workerId, this.dpRank, bytes, dialect);
+      this.#events += r.events;
+      this.#batches++;
+      this.#lastBatchAt = Date.now();
+    };
+    this.#sink = {
+      publish(_events: readonly KvEvent[]): number {
+        return invalidArg('a router subscription applies payloads only');
+      },
+      relay(payloads, dialect) {
+        for (const p of Array.isArray(payloads) ? payloads : [payloads as Uint8Array]) apply(p, dialect);
+        return 0;
+      },
+      relayWithEventIds() {
+        return invalidArg('a router subscription takes ZMQ payloads only');
+      },
+      clearRank: () => clear(),
+      flush: async () => {},
+    };
+  }
+
+  start(): void {
+    void this.#source.start(this.#sink);
+  }
+
+  async stop(): Promise<void> {
+    this.#closed = true;
+    await this.#source.stop();
+  }
+
+  stats(): SubscriptionStats {
+    const r = this.#source.ranks()[0];
+    const recoveries = emptyRecoveries();
+    recoveries.replay = r?.gapsFilled ?? 0;
+    recoveries.cleared = r?.unrecoverable ?? 0;
+    return {
+      workerId: this.workerId,
+      dpRank: this.dpRank,
+      kind: 'zmq',
+      endpoint: this.#o.endpoint,
+      state: this.#closed ? 'closed' : r?.fetching ? 'recovering' : r?.connected ? 'live' : 'connecting',
+      lastSeq: r?.lastEngineSeq ?? null,
+      epoch: null,
+      batches: this.#batches,
+      events: this.#events,
+      lastBatchAt: this.#lastBatchAt,
+      recoveries,
+      restarts: r?.restarts ?? 0,
+      reconnects: 0,
+      duplicates: r?.duplicates ?? 0,
+      undecodable: r?.undecodable ?? 0,
+      lastError: null,
+    };
+  }
+}
