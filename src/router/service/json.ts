@@ -38,7 +38,8 @@ export function parseJsonExact(text: string): unknown {
       while (j < n && /[0-9.eE+-]/.test(text[j] as string)) j++;
       const tok = text.slice(i, j);
       if (/^-?\d{16,}$/.test(tok)) {
-        out += `${text.slice(at, i)}"${BIG}${tok}"`;
+        // The marker's NUL written escaped: JSON strings take no raw control characters.
+        out += `${text.slice(at, i)}"\\u0000int:${tok}"`;
         at = j;
       }
       i = j;

@@ -236,7 +236,7 @@ export class IndexerServer {
         block_size: ix.blockSize,
         events: ix.dump().map((s) => ({
           worker_id: s.workerId,
-          storage_tier: s.tier,
+          storage_tier: s.tier === 'host' ? 'host_pinned' : s.tier,
           event: {
             event_id: 0,
             data: { stored: { parent_hash: s.parent, blocks: [...s.blockHashes].map((h) => ({ block_hash: h })) } },

@@ -1,0 +1,182 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { createServer } from 'node:net';
+import { KvEventPublisher, SimEngine } from '../dist/index.mjs';
+import { sleep } from './fixtures.js';
+
+export async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
+  const port = (s.address() as { port: number }).port;
+  await new Promise((r) => s.close(r));
+  return port;
+}
+
+/** POSTs JSON; the status and the parsed answer. */
+export async function post(base: string, path: string, body: unknown): Promise<{ status: number; json: any }> {
+  const res = await fetch(`${base}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body, (_k, v) => (typeof v === 'bigint' ? Number(v) : v)),
+  });
+  const text = await res.text();
+  let json: unknown = null;
+  try {
+    json = text === '' ? null : JSON.parse(text);
+  } catch {
+    json = text;
+  }
+  return { status: res.status, json };
+}
+
+export interface DynamoIndexer {
+  url: string;
+  proc: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/** Whether Dynamo's standalone indexer (PyPI ai-dynamo-runtime) runs here. */
+export function dynamoAvailable(): boolean {
+  const r = spawnSync('python3', ['-c', 'import dynamo._core'], { stdio: 'ignore' });
+  return r.status === 0;
+}
+
+/** `python3 -m dynamo.indexer` on a free port, once its `/health` answers. */
+export async function startDynamoIndexer(threads = 1): Promise<DynamoIndexer> {
+  const port = await freePort();
+  const proc = spawn('python3', ['-m', 'dynamo.indexer', '--port', String(port), '--threads', String(threads)], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  const exited = new Promise((r) => proc.on('exit', r));
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 200; i++) {
+    try {
+      if ((await fetch(`${url}/health`)).ok) break;
+    } catch {
+      await sleep(50);
+    }
+  }
+  return {
+    url,
+    proc,
+    async stop() {
+      proc.kill('SIGTERM');
+      await exited;
+    },
+  };
+}
+
+export interface SimNode {
+  id: bigint;
+  publisher: KvEventPublisher;
+  sim: SimEngine;
+  endpoint: string;
+  replayEndpoint: string;
+}
+
+/** `n` simulated engine nodes in this process, each a vLLM-format publisher with replay, stepped by hand. */
+export async function simNodes(n: number, blockSize: number, seed = 1): Promise<SimNode[]> {
+  const nodes: SimNode[] = [];
+  for (let i = 0; i < n; i++) {
+    const publisher = await KvEventPublisher.create({
+      endpoint: 'tcp://127.0.0.1:*',
+      replayEndpoint: 'tcp://127.0.0.1:*',
+      dataParallelRank: 0,
+      blockSize,
+    });
+    const sim = new SimEngine(publisher, {
+      seed: seed * 1000 + i,
+      blockSize,
+      numBlocks: 1024,
+      requestsPerSecond: 200,
+      // Few prompts and documents, so the nodes share prefixes at many depths.
+      systemPrompts: 4,
+      documents: 20,
+    });
+    nodes.push({
+      id: BigInt(i + 1),
+      publisher,
+      sim,
+      endpoint: publisher.endpoint,
+      replayEndpoint: publisher.replayEndpoint as string,
+    });
+  }
+  return nodes;
+}
+
+/** Steps every node `steps` times, flushing each step. */
+export async function run(nodes: readonly SimNode[], steps: number): Promise<void> {
+  for (let s = 0; s < steps; s++) {
+    for (const node of nodes) {
+      node.sim.step();
+      await node.publisher.flush();
+    }
+  }
+}
+
+/** A small seeded generator (mulberry32). */
+export function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Requests that hit the nodes' caches at many depths: each is the full token prefix of a block
+ * some node holds (from its tree dump), cut at a random block, with random tokens after it; a
+ * tenth are random tokens only.
+ */
+export function queriesFrom(nodes: readonly SimNode[], count: number, blockSize: number, seed: number): Uint32Array[] {
+  const prefixes: Uint32Array[] = [];
+  for (const node of nodes) {
+    const dump = node.publisher.indexer.getEvents();
+    if (dump.kind !== 'TreeDump') throw new Error(`expected a TreeDump, got ${dump.kind}`);
+    const upTo = new Map<bigint, Uint32Array>();
+    for (const w of dump.workers) {
+      for (const ev of w.events) {
+        let base = ev.parentBlockHash === undefined ? new Uint32Array(0) : (upTo.get(ev.parentBlockHash) ?? null);
+        if (base === null) continue;
+        const hashes = ev.blockHashes as BigUint64Array;
+        const tokens = ev.tokenIds as Uint32Array;
+        for (let i = 0; i < hashes.length; i++) {
+          const next = new Uint32Array(base.length + blockSize);
+          next.set(base);
+          next.set(tokens.subarray(i * blockSize, (i + 1) * blockSize), base.length);
+          base = next;
+          upTo.set(hashes[i] as bigint, base);
+          prefixes.push(base);
+        }
+      }
+    }
+  }
+  const r = rng(seed);
+  const out: Uint32Array[] = [];
+  for (let q = 0; q < count; q++) {
+    const tail = Array.from({ length: Math.floor(r() * 3 * blockSize) }, () => Math.floor(r() * 32000));
+    if (r() < 0.1 || prefixes.length === 0) {
+      out.push(Uint32Array.from(tail.concat(tail)));
+      continue;
+    }
+    const p = prefixes[Math.floor(r() * prefixes.length)] as Uint32Array;
+    const blocks = 1 + Math.floor(r() * (p.length / blockSize));
+    out.push(Uint32Array.from([...p.subarray(0, blocks * blockSize), ...tail]));
+  }
+  return out;
+}
+
+/** An answer's `scores` and `instances` with keys sorted, for comparing two indexers' answers. */
+export function canonical(answer: any): string {
+  const sort = (v: any): any =>
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? Object.fromEntries(
+          Object.keys(v)
+            .sort()
+            .map((k) => [k, sort(v[k])]),
+        )
+      : v;
+  return JSON.stringify(sort({ scores: answer.scores, instances: answer.instances }));
+}
