@@ -142,8 +142,10 @@ export class IndexerServer {
         return { status: 200, body: { status: 'ok' } };
       case '/query': {
         const tokens = f.tokens('token_ids');
-        const ix = this.registry.index(f.str('model_name'), f.str('routing_group', 'default') as string);
-        const m = ix.findMatches(tokens, { loraName: f.str('lora_name', null), cacheSalt: f.str('cache_salt', null) });
+        const [model, group] = [f.str('model_name'), f.str('routing_group', 'default') as string];
+        const req = { loraName: f.str('lora_name', null), cacheSalt: f.str('cache_salt', null) };
+        const ix = this.registry.index(model, group);
+        const m = ix.findMatches(tokens, req);
         return { status: 200, body: queryAnswer(m, ix.blockSize) };
       }
       default: {
@@ -154,7 +156,8 @@ export class IndexerServer {
             'cache_salt is not accepted by /query_by_hash; block_hashes must already include the intended cache salt',
           );
         }
-        const ix = this.registry.index(f.str('model_name'), f.str('routing_group', 'default') as string);
+        const [model, group] = [f.str('model_name'), f.str('routing_group', 'default') as string];
+        const ix = this.registry.index(model, group);
         return { status: 200, body: queryAnswer(ix.findMatchesByHash(hashes), ix.blockSize) };
       }
     }

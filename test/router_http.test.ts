@@ -1,0 +1,141 @@
+import { request } from 'node:http';
+import { afterEach, describe, expect, it } from 'vitest';
+import { IndexerServer, KvEventPublisher, KvGrpcServer, KvHttpServer, RouterIndex } from '../dist/index.mjs';
+import { sleep, until } from './fixtures.js';
+import { post } from './router_fixtures.js';
+
+const cleanup: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+async function indexer(): Promise<IndexerServer> {
+  const ix = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
+  cleanup.push(() => ix.close());
+  return ix;
+}
+
+/** A raw request: status, content type and body text. */
+function raw(url: string, method: string, path: string, body: string | Buffer, type = 'application/json') {
+  return new Promise<{ status: number; type: string; text: string }>((resolve, reject) => {
+    const req = request(`${url}${path}`, { method, headers: { 'content-type': type } }, (res) => {
+      let text = '';
+      res.on('data', (c) => (text += c));
+      res.on('end', () => resolve({ status: res.statusCode as number, type: String(res.headers['content-type']), text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+const REG = { instance_id: 1, endpoint: 'tcp://127.0.0.1:1', model_name: 'm', block_size: 16 };
+
+describe('kvplane indexer HTTP API: bad input', () => {
+  it('answers every bad request at every route with a 4xx JSON error and keeps serving', async () => {
+    const ix = await indexer();
+    const cases: Array<[string, string, string | Buffer, number, string?]> = [
+      ['POST', '/register', '{"instance_id":', 400],
+      ['POST', '/register', '', 400],
+      ['POST', '/register', '[1,2]', 422],
+      ['POST', '/register', JSON.stringify({ ...REG, endpoint: undefined }), 422],
+      ['POST', '/register', JSON.stringify({ ...REG, instance_id: '1' }), 422],
+      ['POST', '/register', JSON.stringify({ ...REG, instance_id: -1 }), 422],
+      ['POST', '/register', '{"instance_id":18446744073709551616,"endpoint":"tcp://h:1","model_name":"m","block_size":16}', 422],
+      ['POST', '/register', JSON.stringify({ ...REG, block_size: 1.5 }), 422],
+      ['POST', '/register', JSON.stringify({ ...REG, endpoint: 'udp://x:1' }), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, endpoint: 'tcp://127.0.0.1' }), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, endpoint: 'tcp://h:99999' }), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, replay_endpoint: 'foo' }), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, endpoint: 'tcp://*:5557' }), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, endpoint: undefined, url: 'ftp://x' }), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, endpoint: undefined, url: 'http://127.0.0.1:1' }), 502],
+      ['POST', '/register', JSON.stringify(REG), 415, 'text/plain'],
+      ['POST', '/unregister', JSON.stringify({ instance_id: 5, model_name: 'm' }), 404],
+      ['POST', '/unregister', JSON.stringify({ model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: [1, 2], model_name: 'nope' }), 404],
+      ['POST', '/query', JSON.stringify({ token_ids: [1, -2], model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: [1, 2 ** 32], model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: [1.5], model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: 'abc', model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: [1], model_name: 'm', lora_name: 7 }), 422],
+      ['POST', '/query_by_hash', JSON.stringify({ block_hashes: [1], model_name: 'm', cache_salt: 's' }), 400],
+      ['POST', '/query_by_hash', '{"block_hashes":[9223372036854775808],"model_name":"m"}', 422],
+      ['POST', '/query_by_hash', JSON.stringify({ block_hashes: [1], model_name: 'nope' }), 404],
+      ['POST', '/query', Buffer.alloc(9 * 1024 * 1024, 0x20), 413],
+      ['POST', '/register', Buffer.alloc(3 * 1000 * 1000, 0x20), 413],
+      ['GET', '/query', '', 405],
+      ['POST', '/workers', '{}', 405],
+      ['GET', '/nope', '', 404],
+    ];
+    for (const [method, path, body, status, type] of cases) {
+      const r = await raw(ix.url, method, path, body, type);
+      expect([path, body.slice(0, 80).toString(), r.status], r.text).toEqual([path, body.slice(0, 80).toString(), status]);
+      expect(r.type).toBe('application/json');
+      expect(typeof JSON.parse(r.text).error).toBe('string');
+    }
+    // Registration conflicts, as Dynamo's indexer answers them.
+    expect((await post(ix.url, '/register', REG)).status).toBe(201);
+    expect(await post(ix.url, '/register', REG)).toEqual({ status: 409, json: { error: 'instance 1 dp_rank 0 already registered' } });
+    expect((await post(ix.url, '/register', { ...REG, instance_id: 2, block_size: 32 })).json).toEqual({
+      error: 'block_size mismatch for model=m routing_group=default: existing=16, requested=32',
+    });
+    expect((await post(ix.url, '/register', { ...REG, model_name: 'other', dp_rank: 1 })).status).toBe(409);
+    expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'other' })).status).toBe(404);
+    expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm', routing_group: 'default', dp_rank: 3 })).status).toBe(404);
+    // Still serving: an empty query answers as Dynamo's does.
+    expect(await post(ix.url, '/query', { token_ids: [], model_name: 'm' })).toEqual({
+      status: 200,
+      json: { scores: {}, frequencies: [], instances: {} },
+    });
+    expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm' })).status).toBe(200);
+    expect((await post(ix.url, '/query', { token_ids: [1], model_name: 'm' })).status).toBe(404);
+    expect((await fetch(`${ix.url}/health`)).status).toBe(200);
+  });
+
+  it('rejects a bad RouterIndex argument with a typed error', () => {
+    expect(() => new RouterIndex({ blockSize: 0 })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    const r = new RouterIndex({ blockSize: 4 });
+    expect(() => r.findMatches([1, -1])).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    expect(() => r.applyPayload(1n, Buffer.from([0xc1]), 'vllm')).toThrow(expect.objectContaining({ code: 'ERR_DECODE' }));
+    expect(() => r.applyPayload(-1n, Buffer.from([0x90]), 'vllm')).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+  });
+});
+
+describe('kvplane indexer: a kvplane node registered by URL', () => {
+  it('finds its gRPC server from /healthz, rebuilds from its snapshot, and survives an indexer restart from the state file', async () => {
+    const publisher = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', blockSize: 4 });
+    const grpc = await KvGrpcServer.create({ stream: publisher.stream, host: '127.0.0.1', port: 0 });
+    const http = await KvHttpServer.create({ publisher, port: 0, grpc });
+    cleanup.push(async () => {
+      await http.close();
+      await grpc.close();
+      await publisher.close();
+    });
+    const tokens = Uint32Array.from({ length: 12 }, (_, i) => i + 1);
+    publisher.publish([{ type: 'stored', blockHashes: [11n, 12n, 13n], parentBlockHash: null, tokenIds: tokens, blockSize: 4 }]);
+    await publisher.flush();
+    const stateFile = `/tmp/kvplane-ix-${process.pid}.json`;
+    let ix = await IndexerServer.create({ host: '127.0.0.1', port: 0, stateFile });
+    const reg = { instance_id: 42, url: `http://127.0.0.1:${http.port}`, model_name: 'm', block_size: 4 };
+    expect((await post(ix.url, '/register', reg)).status).toBe(201);
+    const want = { scores: { '42': { '0': 12 } }, frequencies: [], instances: { '42': { longest_matched: 12, gpu: 12, dp: { '0': 12 }, cpu: 12, disk: 12 } } };
+    const query = { token_ids: [...tokens, 99], model_name: 'm' };
+    for (let i = 0; i < 100 && (await post(ix.url, '/query', query)).json.scores['42'] === undefined; i++) await sleep(20);
+    expect((await post(ix.url, '/query', query)).json).toEqual(want);
+    const workers = (await (await fetch(`${ix.url}/workers`)).json()) as any[];
+    expect(workers[0]).toMatchObject({ instance_id: 42, source: 'grpc', status: 'active', block_size: 4 });
+    expect(workers[0].endpoints['0']).toBe(`grpc://127.0.0.1:${grpc.port}`);
+    await ix.close();
+    ix = await IndexerServer.create({ host: '127.0.0.1', port: 0, stateFile });
+    cleanup.push(() => ix.close());
+    const index = ix.registry.index('m', 'default');
+    await until(() => index.subscription(42n)?.stats().state === 'live', 'the restarted indexer following the node');
+    await until(() => index.findMatches(tokens).workerIds.length === 1, 'the snapshot applied');
+    expect((await post(ix.url, '/query', query)).json).toEqual(want);
+    expect(index.subscription(42n)?.stats().recoveries.snapshot).toBe(1);
+    const metrics = await (await fetch(`${ix.url}/metrics`)).text();
+    expect(metrics).toMatch(/kvplane_indexer_worker_recoveries_total\{instance_id="42",dp_rank="0",kind="snapshot"\} 1/);
+    expect(metrics).toMatch(/kvplane_indexer_workers 1/);
+  });
+});
