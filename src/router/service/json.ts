@@ -20,6 +20,8 @@ const BIG = '\u0000int:';
  * that `u64Field` and `i64Field` read. Malformed text is a 400.
  */
 export function parseJsonExact(text: string): unknown {
+  // Most bodies have no such literal (token ids are u32): parse them as they are.
+  if (!/\d{16}/.test(text)) return parseJson(text);
   let out = '';
   let at = 0;
   let i = 0;
@@ -48,8 +50,12 @@ export function parseJsonExact(text: string): unknown {
     i++;
   }
   out += text.slice(at);
+  return parseJson(out);
+}
+
+function parseJson(text: string): unknown {
   try {
-    return JSON.parse(out);
+    return JSON.parse(text);
   } catch (err) {
     throw new HttpError(400, `Failed to parse the request body as JSON: ${(err as Error).message}`);
   }
