@@ -117,6 +117,12 @@ export declare class NativeRouterIndex {
    * DP rank or `rank`. Nothing is applied if it does not decode.
    */
   applyPayload(workerId: bigint, rank: number, bytes: Uint8Array, dialect: string): RouterAppliedOut
+  /**
+   * `apply_payload` for several payloads in order (a subscription's batches that arrived
+   * together): the events applied. A payload that does not decode stops it with an error naming
+   * its position; the ones before it were applied.
+   */
+  applyPayloads(workerId: bigint, rank: number, payloads: Array<Uint8Array>, dialect: string): number
   /** An SMG `KvEventBatch`, applied only when its seq is `expected` (any seq when absent). */
   applyNumbered(workerId: bigint, rank: number, bytes: Uint8Array, expected?: bigint | undefined | null): RouterAppliedOut
   /** Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`. */

@@ -129,14 +129,16 @@ try {
       }
     }
     if (performance.now() - t0 > 300_000) throw new Error('indexers did not apply every event in 300 s');
-    await sleep(25);
+    await sleep(50);
   }
   const sent = JSON.parse((await nodeLines.next()).value).sent;
   if (process.env.KVPLANE_BENCH_DIFF) {
     const m = await (await fetch(`${sides[0].url}/metrics`)).text();
     console.error(m.split('\n').filter((l) => l.startsWith('dynamo_kvrouter')).join('\n'));
   }
-  await sleep(1000);
+  // Resident memory once ingest has settled (kvplane hands the allocator's freed memory back
+  // within seconds of a pause).
+  await sleep(2500);
   for (const s of sides) s.rssBytes = rss(s.proc.pid) - s.rss0;
 
   // Queries: the same 8k-token requests to both, sequential, after a warm-up.
@@ -190,6 +192,8 @@ try {
       bytes_per_membership: +(s.rssBytes / blocks).toFixed(1),
       query_p50_us: Math.round(pct(s.lat, 0.5)),
       query_p99_us: Math.round(pct(s.lat, 0.99)),
+      query_p90_us: Math.round(pct(s.lat, 0.9)),
+      query_max_us: Math.round(Math.max(...s.lat)),
     };
   }
   result.ratios = {

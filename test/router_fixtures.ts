@@ -138,12 +138,13 @@ export function queriesFrom(nodes: readonly SimNode[], count: number, blockSize:
     const upTo = new Map<bigint, Uint32Array>();
     for (const w of dump.workers) {
       for (const ev of w.events) {
-        let base = ev.parentBlockHash === undefined ? new Uint32Array(0) : (upTo.get(ev.parentBlockHash) ?? null);
-        if (base === null) continue;
+        const start = ev.parentBlockHash === undefined ? new Uint32Array(0) : upTo.get(ev.parentBlockHash);
+        if (start === undefined) continue;
+        let base: Uint32Array = start;
         const hashes = ev.blockHashes as BigUint64Array;
         const tokens = ev.tokenIds as Uint32Array;
         for (let i = 0; i < hashes.length; i++) {
-          const next = new Uint32Array(base.length + blockSize);
+          const next: Uint32Array = new Uint32Array(base.length + blockSize);
           next.set(base);
           next.set(tokens.subarray(i * blockSize, (i + 1) * blockSize), base.length);
           base = next;

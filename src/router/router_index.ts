@@ -83,6 +83,7 @@ export class RouterIndex {
     const n = this.#native;
     return {
       applyPayload: (w, r, b, d) => callNative(() => n.applyPayload(w, r, b, d)),
+      applyPayloads: (w, r, b, d) => callNative(() => n.applyPayloads(w, r, b, d)),
       applyNumbered: (w, r, b, e) => callNative(() => n.applyNumbered(w, r, b, e)),
       clearWorker: (w, r) => callNative(() => n.clearWorker(w, r)),
     };
@@ -167,6 +168,11 @@ export class RouterIndex {
   dump(workerId?: bigint): RouterDumpSegment[] {
     const n = this.#open();
     return callNative(() => n.dump(workerId ?? null)) as RouterDumpSegment[];
+  }
+
+  /** Each subscription's state and counters (cheaper than `stats()`: no index walk). */
+  subscriptionStats(): SubscriptionStats[] {
+    return [...this.#subs.values()].map((x) => x.stats());
   }
 
   stats(): RouterIndexStats {

@@ -124,6 +124,32 @@ impl NativeRouterIndex {
     })
   }
 
+  /// `apply_payload` for several payloads in order (a subscription's batches that arrived
+  /// together): the events applied. A payload that does not decode stops it with an error naming
+  /// its position; the ones before it were applied.
+  #[napi]
+  pub fn apply_payloads(
+    &mut self,
+    worker_id: BigInt,
+    rank: u32,
+    payloads: Vec<&[u8]>,
+    dialect: String,
+  ) -> Result<u32, Code> {
+    guard_js(|| {
+      let id = bigint_u64("workerId", &worker_id)?;
+      let dialect = Dialect::parse(&dialect)?;
+      let mut events = 0;
+      for (i, p) in payloads.iter().enumerate() {
+        let a = self
+          .inner
+          .apply_payload(id, rank, p, dialect)
+          .map_err(|e| kvplane_core::KvError::new(e.code, format!("payload {i}: {}", e.message)))?;
+        events += a.events;
+      }
+      Ok(events)
+    })
+  }
+
   /// An SMG `KvEventBatch`, applied only when its seq is `expected` (any seq when absent).
   #[napi]
   pub fn apply_numbered(
@@ -136,17 +162,23 @@ impl NativeRouterIndex {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
       let expected = expected.map(|e| bigint_u64("expected", &e)).transpose()?;
-      Ok(match self.inner.apply_numbered(id, rank, bytes, expected)? {
-        Numbered::Applied(a) => applied_out("applied", a),
-        Numbered::Duplicate(seq) => skipped_out("duplicate", seq),
-        Numbered::Gap(seq) => skipped_out("gap", seq),
-      })
+      Ok(
+        match self.inner.apply_numbered(id, rank, bytes, expected)? {
+          Numbered::Applied(a) => applied_out("applied", a),
+          Numbered::Duplicate(seq) => skipped_out("duplicate", seq),
+          Numbered::Gap(seq) => skipped_out("gap", seq),
+        },
+      )
     })
   }
 
   /// Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`.
   #[napi]
-  pub fn apply_recovery(&mut self, worker_id: BigInt, bytes: &[u8]) -> Result<RouterRecoveryOut, Code> {
+  pub fn apply_recovery(
+    &mut self,
+    worker_id: BigInt,
+    bytes: &[u8],
+  ) -> Result<RouterRecoveryOut, Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
       let r = self.inner.apply_recovery_msgpack(id, bytes)?;
@@ -229,7 +261,11 @@ impl NativeRouterIndex {
           memberships: s.memberships as f64,
           bytes: s.bytes as f64,
         });
-        for w in s.per_worker.iter().filter(|w| w.blocks > 0 || w.needs_recovery) {
+        for w in s
+          .per_worker
+          .iter()
+          .filter(|w| w.blocks > 0 || w.needs_recovery)
+        {
           workers.push(RouterWorkerStatsOut {
             worker_id: BigInt::from(w.worker.worker_id),
             dp_rank: w.worker.dp_rank,

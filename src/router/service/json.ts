@@ -53,7 +53,8 @@ export function parseJsonExact(text: string): unknown {
   return parseJson(out);
 }
 
-function parseJson(text: string): unknown {
+/** `JSON.parse`, a 400 for malformed text. */
+export function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);
   } catch (err) {

@@ -1,4 +1,6 @@
 import { Counter, Gauge, Registry as PromRegistry } from 'prom-client';
+import type { RouterIndexStats } from '../router_index.js';
+import type { SubscriptionStats } from '../subscriptions/subscription.js';
 import type { Registry } from './registry.js';
 
 /**
@@ -10,6 +12,8 @@ export function indexerMetrics(registry: Registry): {
   prom: PromRegistry;
   request(route: string): void;
   error(route: string, status: number): void;
+  /** The scrape's text: every figure read once. */
+  scrape(): Promise<string>;
 } {
   const prom = new PromRegistry();
   const requests = new Counter({
@@ -24,7 +28,16 @@ export function indexerMetrics(registry: Registry): {
     labelNames: ['endpoint', 'status_class'],
     registers: [prom],
   });
-  const subs = () => [...registry.indexes().values()].flatMap((ix) => ix.stats().subscriptions);
+  // Read once per scrape, not once per metric.
+  let snap: { subs: SubscriptionStats[]; indexes: Array<[string, RouterIndexStats]> } | null = null;
+  const read = () => {
+    snap ??= {
+      subs: [...registry.indexes().values()].flatMap((ix) => ix.subscriptionStats()),
+      indexes: [...registry.indexes()].map(([k, ix]) => [k, ix.stats()] as [string, RouterIndexStats]),
+    };
+    return snap;
+  };
+  const subs = () => read().subs;
   const perWorker = (
     name: string,
     help: string,
@@ -100,8 +113,8 @@ export function indexerMetrics(registry: Registry): {
     registers: [prom],
     collect() {
       this.reset();
-      for (const [key, ix] of registry.indexes()) {
-        for (const [reason, n] of Object.entries(ix.stats().drops)) this.inc({ index: key, reason }, n);
+      for (const [key, st] of read().indexes) {
+        for (const [reason, n] of Object.entries(st.drops)) this.inc({ index: key, reason }, n);
       }
     },
   });
@@ -112,8 +125,8 @@ export function indexerMetrics(registry: Registry): {
     registers: [prom],
     collect() {
       this.reset();
-      for (const [key, ix] of registry.indexes()) {
-        for (const t of ix.stats().tiers) this.set({ index: key, tier: t.tier }, t.memberships);
+      for (const [key, st] of read().indexes) {
+        for (const t of st.tiers) this.set({ index: key, tier: t.tier }, t.memberships);
       }
     },
   });
@@ -124,13 +137,21 @@ export function indexerMetrics(registry: Registry): {
     registers: [prom],
     collect() {
       this.reset();
-      for (const [key, ix] of registry.indexes()) {
-        this.set({ index: key }, ix.stats().tiers.reduce((a, t) => a + t.bytes, 0));
+      for (const [key, st] of read().indexes) {
+        this.set({ index: key }, st.tiers.reduce((a, t) => a + t.bytes, 0));
       }
     },
   });
   return {
     prom,
+    async scrape() {
+      snap = null;
+      try {
+        return await prom.metrics();
+      } finally {
+        snap = null;
+      }
+    },
     request: (route) => requests.inc({ endpoint: route }),
     error: (route, status) => errors.inc({ endpoint: route, status_class: status >= 500 ? '5xx' : '4xx' }),
   };

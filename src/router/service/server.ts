@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { queryAnswer } from './answers.js';
-import { Fields, HttpError, jsonExact, parseJsonExact } from './json.js';
+import { Fields, HttpError, jsonExact, parseJson, parseJsonExact } from './json.js';
 import { indexerMetrics } from './metrics.js';
 import { checkEndpoint, type Registration, Registry } from './registry.js';
 import { discoverNode, sourceOf } from './sources.js';
@@ -100,9 +100,12 @@ export class IndexerServer {
       if (route !== '/metrics') this.#metrics.request(route);
       if (method === 'GET') return await this.#get(route, url, res);
       const limit = route.startsWith('/query') ? QUERY_BODY_BYTES : BODY_BYTES;
-      const body = Fields.of(parseJsonExact(await readJson(req, limit)));
+      const text = await readJson(req, limit);
+      // Token ids are u32: a /query body needs no exact u64 reading.
+      const body = Fields.of(route === '/query' ? parseJson(text) : parseJsonExact(text));
       const answer = await this.#post(route, body);
-      this.#send(res, answer.status, answer.body);
+      // Query answers hold no bigints (instance ids are keys).
+      this.#send(res, answer.status, answer.body, !route.startsWith('/query'));
     } catch (err) {
       const status = err instanceof HttpError ? err.status : 500;
       if (method !== undefined) this.#metrics.error(route, status);
@@ -120,7 +123,7 @@ export class IndexerServer {
       case '/health':
         return this.#send(res, 200, this.#health());
       default: {
-        const text = await this.#metrics.prom.metrics();
+        const text = await this.#metrics.scrape();
         res.writeHead(200, { 'content-type': this.#metrics.prom.contentType });
         res.end(text);
       }
@@ -252,7 +255,7 @@ export class IndexerServer {
   }
 
   #health(): Record<string, unknown> {
-    const subs = [...this.registry.indexes().values()].flatMap((ix) => ix.stats().subscriptions);
+    const subs = [...this.registry.indexes().values()].flatMap((ix) => ix.subscriptionStats());
     const brief = (s: (typeof subs)[number]) => ({ instance_id: s.workerId, dp_rank: s.dpRank, state: s.state, last_error: s.lastError });
     const recovering = subs.filter((s) => s.state === 'recovering').map(brief);
     const stale = subs.filter((s) => s.state === 'connecting' || s.state === 'backoff').map(brief);
@@ -264,9 +267,9 @@ export class IndexerServer {
     };
   }
 
-  #send(res: ServerResponse, status: number, body: unknown): void {
+  #send(res: ServerResponse, status: number, body: unknown, exact = true): void {
     if (res.headersSent) return;
-    const text = jsonExact(body);
+    const text = exact ? jsonExact(body) : JSON.stringify(body);
     res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
     res.end(res.req.method === 'HEAD' ? undefined : text);
   }

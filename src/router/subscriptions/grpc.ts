@@ -1,6 +1,6 @@
 import { type ClientReadableStream, Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
-import { Backoff, emptyRecoveries, type RouterTarget, type Subscription, type SubscriptionStats } from './subscription.js';
+import { appliedSoTrimLater, Backoff, emptyRecoveries, type RouterTarget, type Subscription, type SubscriptionStats } from './subscription.js';
 
 export interface GrpcSubscriptionOptions {
   workerId: bigint;
@@ -173,6 +173,7 @@ export class GrpcSubscription implements Subscription {
     s.lastBatchAt = Date.now();
     s.state = 'live';
     this.#backoff.reset();
+    appliedSoTrimLater();
   }
 
   #restartFromSnapshot(call: ClientReadableStream<Buffer>, why: string): void {

@@ -1,3 +1,5 @@
+import { trimMemorySoon } from '../../transports/memory.js';
+
 /**
  * A router's subscription to one worker's stream (docs/architecture.md#router-side): it keeps
  * that worker's part of a `RouterIndex` current, recovering from gaps and restarts by itself.
@@ -6,6 +8,8 @@
 /** What a subscription applies its worker's batches to: a `RouterIndex`'s native side. */
 export interface RouterTarget {
   applyPayload(workerId: bigint, rank: number, bytes: Uint8Array, dialect: string): { events: number };
+  /** Payloads that arrived together, in one call; nothing applied if one does not decode. */
+  applyPayloads(workerId: bigint, rank: number, payloads: Uint8Array[], dialect: string): number;
   applyNumbered(
     workerId: bigint,
     rank: number,
@@ -83,6 +87,18 @@ export class Backoff {
   reset(): void {
     this.#next = this.minMs;
   }
+}
+
+/**
+ * After batches were applied: the allocator's freed memory goes back to the OS once ingest pauses
+ * (decoding frees what it allocated, and glibc would otherwise keep it). At most every 250 ms.
+ */
+let lastTrimCall = 0;
+export function appliedSoTrimLater(): void {
+  const now = Date.now();
+  if (now - lastTrimCall < 250) return;
+  lastTrimCall = now;
+  trimMemorySoon();
 }
 
 export function emptyRecoveries(): RecoveryCounts {

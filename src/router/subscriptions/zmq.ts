@@ -3,7 +3,7 @@ import { invalidArg } from '../../errors.js';
 import type { KvEvent } from '../../events.js';
 import { EngineZmqSource } from '../../sources/engine/zmq_source.js';
 import type { RelaySink } from '../../sources/source.js';
-import { emptyRecoveries, type RouterTarget, type Subscription, type SubscriptionStats } from './subscription.js';
+import { appliedSoTrimLater, emptyRecoveries, type RouterTarget, type Subscription, type SubscriptionStats } from './subscription.js';
 
 export interface ZmqSubscriptionOptions {
   workerId: bigint;
@@ -50,22 +50,23 @@ export class ZmqSubscription implements Subscription {
       endpoint: o.endpoint,
       replayEndpoint: o.replayEndpoint ?? null,
       dpSize: 1,
-      coalesceBytes: 0,
+      // Batches already waiting on the socket are applied in one call.
+      coalesceBytes: 1 << 20,
       onWarning: o.onWarning,
     });
     const clear = () => target.clearWorker(this.workerId, o.wholeWorker?.() === false ? this.dpRank : null);
-    const apply = (bytes: Uint8Array, dialect: Dialect) => {
-      const r = target.applyPayload(this.workerId, this.dpRank, bytes, dialect);
-      this.#events += r.events;
-      this.#batches++;
+    const apply = (payloads: Uint8Array[], dialect: Dialect) => {
+      this.#events += target.applyPayloads(this.workerId, this.dpRank, payloads, dialect);
+      this.#batches += payloads.length;
       this.#lastBatchAt = Date.now();
+      appliedSoTrimLater();
     };
     this.#sink = {
       publish(_events: readonly KvEvent[]): number {
         return invalidArg('a router subscription applies payloads only');
       },
       relay(payloads, dialect) {
-        for (const p of Array.isArray(payloads) ? payloads : [payloads as Uint8Array]) apply(p, dialect);
+        apply(Array.isArray(payloads) ? (payloads as Uint8Array[]) : [payloads as Uint8Array], dialect);
         return 0;
       },
       relayWithEventIds() {

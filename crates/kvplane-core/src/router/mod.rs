@@ -145,6 +145,35 @@ impl RouterIndex {
     dialect: Dialect,
   ) -> KvResult<Applied> {
     let decoded = codec::decode(bytes, dialect)?;
+    Ok(self.apply_decoded(worker_id, rank, decoded))
+  }
+
+  /// `apply_payload` for payloads that arrived together, in order: all decoded first, so nothing
+  /// is applied if one does not decode (the error names which). The events applied.
+  pub fn apply_payloads(
+    &mut self,
+    worker_id: u64,
+    rank: u32,
+    payloads: &[&[u8]],
+    dialect: Dialect,
+  ) -> KvResult<u32> {
+    let decoded = payloads
+      .iter()
+      .enumerate()
+      .map(|(i, p)| {
+        codec::decode(p, dialect)
+          .map_err(|e| KvError::new(e.code, format!("payload {i}: {}", e.message)))
+      })
+      .collect::<KvResult<Vec<_>>>()?;
+    Ok(
+      decoded
+        .into_iter()
+        .map(|d| self.apply_decoded(worker_id, rank, d).events)
+        .sum(),
+    )
+  }
+
+  fn apply_decoded(&mut self, worker_id: u64, rank: u32, decoded: codec::Decoded) -> Applied {
     let mut out = Applied {
       unknown_events: decoded.unknown_events,
       seq: decoded.batches.first().map_or(0, |b| b.seq),
@@ -162,7 +191,7 @@ impl RouterIndex {
         }
       }
     }
-    Ok(out)
+    out
   }
 
   /// `apply_payload` for SMG's numbered `KvEventBatch`: applied only when its seq is `expected`
