@@ -49,7 +49,8 @@ async function metricSum(url, name) {
   const text = await (await fetch(`${url}/metrics`)).text();
   let sum = 0;
   for (const line of text.split('\n')) {
-    if (line.startsWith(name) && (line[name.length] === '{' || line[name.length] === ' ')) sum += Number(line.split(' ').pop());
+    if (line.startsWith(name) && (line[name.length] === '{' || line[name.length] === ' '))
+      sum += Number(line.split(' ').pop());
   }
   return sum;
 }
@@ -92,11 +93,29 @@ const dynamo = spawn('python3', ['-m', 'dynamo.indexer', '--port', String(dPort)
 // KVPLANE_BENCH_INDEXER_NODE_ARGS: extra node flags for kvplane's indexer (e.g. --cpu-prof).
 const nodeArgs = (process.env.KVPLANE_BENCH_INDEXER_NODE_ARGS ?? '').split(' ').filter(Boolean);
 const wrap = process.env.KVPLANE_BENCH_INDEXER_WRAP;
-const kvplane = spawn(wrap ?? process.execPath, [...(wrap ? [process.execPath] : []), ...nodeArgs, 'dist/cli.js', 'indexer', '--host', '127.0.0.1', '--port', String(kPort)], {
-  stdio: ['ignore', 'ignore', 'inherit'],
-});
+const kvplane = spawn(
+  wrap ?? process.execPath,
+  [
+    ...(wrap ? [process.execPath] : []),
+    ...nodeArgs,
+    'dist/cli.js',
+    'indexer',
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(kPort),
+  ],
+  {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  },
+);
 const sides = [
-  { name: 'dynamo', url: `http://127.0.0.1:${dPort}`, proc: dynamo, applied: 'dynamo_kvrouter_kv_cache_events_applied' },
+  {
+    name: 'dynamo',
+    url: `http://127.0.0.1:${dPort}`,
+    proc: dynamo,
+    applied: 'dynamo_kvrouter_kv_cache_events_applied',
+  },
   { name: 'kvplane', url: `http://127.0.0.1:${kPort}`, proc: kvplane, applied: 'kvplane_indexer_worker_events_total' },
 ];
 try {
@@ -134,7 +153,12 @@ try {
   const sent = JSON.parse((await nodeLines.next()).value).sent;
   if (process.env.KVPLANE_BENCH_DIFF) {
     const m = await (await fetch(`${sides[0].url}/metrics`)).text();
-    console.error(m.split('\n').filter((l) => l.startsWith('dynamo_kvrouter')).join('\n'));
+    console.error(
+      m
+        .split('\n')
+        .filter((l) => l.startsWith('dynamo_kvrouter'))
+        .join('\n'),
+    );
   }
   // Resident memory once ingest has settled (kvplane hands the allocator's freed memory back
   // within seconds of a pause).
@@ -160,12 +184,19 @@ try {
   const norm = (a) => {
     const j = JSON.parse(a);
     const sort = (v) =>
-      v && typeof v === 'object' && !Array.isArray(v) ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, sort(v[k])])) : v;
+      v && typeof v === 'object' && !Array.isArray(v)
+        ? Object.fromEntries(
+            Object.keys(v)
+              .sort()
+              .map((k) => [k, sort(v[k])]),
+          )
+        : v;
     return JSON.stringify(sort({ scores: j.scores, instances: j.instances }));
   };
   for (let i = 0; i < qs.length; i++) {
     if (norm(sides[0].answers[i]) === norm(sides[1].answers[i])) continue;
-    if (differ++ === 0 && process.env.KVPLANE_BENCH_DIFF) console.error(`first difference:\n  dynamo  ${sides[0].answers[i]}\n  kvplane ${sides[1].answers[i]}`);
+    if (differ++ === 0 && process.env.KVPLANE_BENCH_DIFF)
+      console.error(`first difference:\n  dynamo  ${sides[0].answers[i]}\n  kvplane ${sides[1].answers[i]}`);
   }
   const matchedWorkers = sides[1].answers.reduce((a, x) => a + Object.keys(JSON.parse(x).scores).length, 0) / qs.length;
 

@@ -58,6 +58,16 @@ export {
   type KvEventPublisherOptions,
   type PublisherStats,
 } from './publisher.js';
+export type { FindMatchesRequest, RouterMatches } from './router/matches.js';
+export {
+  type RouterDumpSegment,
+  RouterIndex,
+  type RouterIndexOptions,
+  type RouterIndexStats,
+  type WorkerSource,
+} from './router/router_index.js';
+export { IndexerServer, type IndexerServerOptions } from './router/service/server.js';
+export type { RecoveryCounts, Subscription, SubscriptionStats } from './router/subscriptions/subscription.js';
 export { SOURCES, type SourceEntry, type SourceSettings, sourceNames } from './sources/registry.js';
 export { SimEngine, type SimEngineOptions, type SimStats } from './sources/sim/engine.js';
 export { SimSource } from './sources/sim/source.js';
@@ -93,13 +103,3 @@ export {
   zmqAddress,
 } from './transports/zmq/config.js';
 export { curvePublicKey, readCurveClients, readCurveSecretKey, type ZmqCurveOptions } from './transports/zmq/curve.js';
-export type { FindMatchesRequest, RouterMatches } from './router/matches.js';
-export {
-  RouterIndex,
-  type RouterDumpSegment,
-  type RouterIndexOptions,
-  type RouterIndexStats,
-  type WorkerSource,
-} from './router/router_index.js';
-export { IndexerServer, type IndexerServerOptions } from './router/service/server.js';
-export type { RecoveryCounts, Subscription, SubscriptionStats } from './router/subscriptions/subscription.js';

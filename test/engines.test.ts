@@ -1,7 +1,6 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
-import { relayed, repoPath, runGrpcPeer, type ServeNode, serveNode, sleep } from './fixtures.js';
+import { type Engine, type EnginePeer, enginePeer } from './engine_peer.js';
+import { relayed, runGrpcPeer, type ServeNode, serveNode, sleep } from './fixtures.js';
 
 // The engines' own publishers (scripts/engine_peer.py: vLLM's and SGLang's ZmqEventPublisher and
 // event structs from their wheels) relayed by `kvplane serve --engine vllm|sglang`.
@@ -10,56 +9,6 @@ const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
 });
-
-type Engine = 'vllm' | 'sglang';
-
-interface EnginePeer {
-  endpoint: string;
-  replay: string | null;
-  /** Sends one command and waits for its answer. */
-  run(cmd: Record<string, unknown>): Promise<void>;
-  /** Shuts the engine's publishers down and waits for the process to exit. */
-  exit(): Promise<void>;
-}
-
-async function enginePeer(engine: Engine, ...args: string[]): Promise<EnginePeer> {
-  const proc: ChildProcess = spawn('python3', [repoPath('scripts/engine_peer.py'), engine, ...args], {
-    stdio: ['pipe', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  proc.stderr?.on('data', (d) => {
-    stderr += d;
-  });
-  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
-  const lines = createInterface({ input: proc.stdout as NodeJS.ReadableStream })[Symbol.asyncIterator]();
-  const next = async (): Promise<Record<string, unknown>> => {
-    const line = await lines.next();
-    if (line.done) throw new Error(`engine_peer.py ${engine} exited: ${stderr}`);
-    return JSON.parse(line.value) as Record<string, unknown>;
-  };
-  const ready = await next();
-  let open = true;
-  const peer: EnginePeer = {
-    endpoint: ready.endpoint as string,
-    replay: ready.replay as string | null,
-    async run(cmd) {
-      proc.stdin?.write(`${JSON.stringify(cmd)}\n`);
-      const answer = await next();
-      if (answer.ok !== true) throw new Error(`engine_peer.py ${JSON.stringify(cmd)}: ${JSON.stringify(answer)}`);
-    },
-    async exit() {
-      if (!open) return;
-      open = false;
-      await peer.run({ op: 'exit' });
-      await exited;
-    },
-  };
-  cleanup.push(async () => {
-    if (open) proc.kill('SIGKILL');
-    await exited;
-  });
-  return peer;
-}
 
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 
@@ -113,7 +62,7 @@ async function treeReaches(http: string, want: Record<number, number[]>): Promis
 
 describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the engine’s own publisher', (engine) => {
   it('joins late from the replay on two DP ranks, relays live batches, and rebuilds after a restart', async () => {
-    const peer = await enginePeer(engine, '--dp-size', '2');
+    const peer = await enginePeer(cleanup, engine, '--dp-size', '2');
     // Before the relay exists: seqs 0..2 on rank 0, 0..1 on rank 1.
     await peer.run({ op: 'store', rank: 0, hashes: range(1, 6), parent: null, per_batch: 2 });
     await peer.run({ op: 'store', rank: 1, hashes: range(101, 4), parent: null, per_batch: 2 });
@@ -147,6 +96,7 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
     await peer.exit();
     const port = (e: string) => new URL(e.replace('tcp://', 'http://')).port;
     const again = await enginePeer(
+      cleanup,
       engine,
       '--dp-size',
       '2',
@@ -171,7 +121,7 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
   it('fills the gaps of a burst from the engine’s replay, each batch applied once', async () => {
     // Small send and receive HWMs on both ends: a 2,000-batch burst (one root block each)
     // overflows them.
-    const peer = await enginePeer(engine, '--hwm', '2');
+    const peer = await enginePeer(cleanup, engine, '--hwm', '2');
     const { http } = await relay(engine, peer, '--engine-hwm', '2');
     await peer.run({ op: 'store', hashes: range(1, 2000), parent: null, per_batch: 1, chain: false });
     await peer.run({ op: 'sync' });
@@ -207,7 +157,7 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
   }, 60_000);
 
   it('without a replay socket, a relay that joins late clears the rank, counts it, and rebuilds from what follows', async () => {
-    const peer = await enginePeer(engine, '--no-replay');
+    const peer = await enginePeer(cleanup, engine, '--no-replay');
     await peer.run({ op: 'store', hashes: range(1, 3), parent: null, per_batch: 1 }); // seqs 0..2
     await peer.run({ op: 'sync' });
     const { http, node } = await relay(engine, peer, '--grpc-host', '127.0.0.1', '--grpc-port', '0');

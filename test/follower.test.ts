@@ -125,4 +125,43 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
     expect([0, 1, 2].flatMap((s) => short(follow(f, f.replayed(fetchId(f), b(s)))))).toEqual(['a0', 'a1', 'a2']);
     expect(short(follow(f, f.replayEnded(fetchId(f), true)))).toEqual([]);
   });
+
+  it('join() fetches before any live batch, and an empty join leaves the rank to join by its first batch', () => {
+    const f = new RankFollower({ replay: true, firstSeq: 0n });
+    expect(short(follow(f, f.join()))).toEqual(['f0']);
+    expect([0, 1].flatMap((s) => short(follow(f, f.replayed(fetchId(f), b(s)))))).toEqual(['a0', 'a1']);
+    expect(short(follow(f, f.replayEnded(fetchId(f), true)))).toEqual([]);
+    expect(short(live(f, b(2)))).toEqual(['a2']);
+    const idle = new RankFollower({ replay: true, firstSeq: 0n });
+    follow(idle, idle.join());
+    expect(short(follow(idle, idle.replayEnded(fetchId(idle), false)))).toEqual([]);
+    expect(idle.counters).toMatchObject({ unrecoverable: 0, cleared: 0 });
+    expect(short(live(idle, b(0)))).toEqual(['a0']);
+    expect(
+      short(
+        follow(
+          new RankFollower({ replay: false, firstSeq: 0n }),
+          new RankFollower({ replay: false, firstSeq: 0n }).join(),
+        ),
+      ),
+    ).toEqual([]);
+  });
+
+  it('after a reconnect, an older seq is a restart even when no live batch of the old incarnation was seen', () => {
+    const joined = () => {
+      const f = new RankFollower({ replay: true, firstSeq: 0n });
+      follow(f, f.join());
+      for (const s of [0, 1, 2]) follow(f, f.replayed(fetchId(f), b(s)));
+      follow(f, f.replayEnded(fetchId(f), true));
+      return f;
+    };
+    // Without a reconnect, an older live seq is a duplicate (the replay ran ahead of the socket).
+    const a = joined();
+    expect(short(live(a, b(1)))).toEqual([]);
+    expect(a.counters).toMatchObject({ restarts: 0, duplicates: 1 });
+    const c = joined();
+    c.reconnected();
+    expect(short(live(c, b(0)))).toEqual(['c:restart', 'a0']);
+    expect(c.counters).toMatchObject({ restarts: 1, duplicates: 0 });
+  });
 });

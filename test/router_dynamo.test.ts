@@ -20,6 +20,7 @@ afterEach(async () => {
 
 /** Per worker, the blocks an indexer's `/dump` holds (its events as Dynamo writes them). */
 async function dumpCounts(base: string): Promise<Record<string, number>> {
+  // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
   const d = (await (await fetch(`${base}/dump`)).json()) as Record<string, { events: any[] }>;
   const out: Record<string, number> = {};
   for (const part of Object.values(d)) {
@@ -53,85 +54,89 @@ function tieredAndLora(node: SimNode): Uint32Array {
   return tokens;
 }
 
-describe.skipIf(!dynamoAvailable())("kvplane indexer against Dynamo's standalone indexer (PyPI ai-dynamo-runtime 1.6.1)", () => {
-  it('follows the same simulated nodes and answers thousands of /query requests identically at quiescence', async () => {
-    const nodes = await simNodes(4, BS, 3);
-    cleanup.push(() => Promise.all(nodes.map((n) => n.publisher.close())));
-    const dynamo = await startDynamoIndexer(1);
-    cleanup.push(() => dynamo.stop());
-    const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
-    cleanup.push(() => ours.close());
-    for (const n of nodes) {
-      for (const base of [dynamo.url, ours.url]) {
-        const r = await post(base, '/register', {
-          instance_id: Number(n.id),
-          endpoint: n.endpoint,
-          replay_endpoint: n.replayEndpoint,
-          model_name: 'm',
-          block_size: BS,
-        });
-        expect(r, base).toEqual({ status: 201, json: { status: 'ok' } });
+describe.skipIf(!dynamoAvailable())(
+  "kvplane indexer against Dynamo's standalone indexer (PyPI ai-dynamo-runtime 1.6.1)",
+  () => {
+    it('follows the same simulated nodes and answers thousands of /query requests identically at quiescence', async () => {
+      const nodes = await simNodes(4, BS, 3);
+      cleanup.push(() => Promise.all(nodes.map((n) => n.publisher.close())));
+      const dynamo = await startDynamoIndexer(1);
+      cleanup.push(() => dynamo.stop());
+      const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
+      cleanup.push(() => ours.close());
+      for (const n of nodes) {
+        for (const base of [dynamo.url, ours.url]) {
+          const r = await post(base, '/register', {
+            instance_id: Number(n.id),
+            endpoint: n.endpoint,
+            replay_endpoint: n.replayEndpoint,
+            model_name: 'm',
+            block_size: BS,
+          });
+          expect(r, base).toEqual({ status: 201, json: { status: 'ok' } });
+        }
       }
-    }
-    await sleep(500);
-    await run(nodes, 120);
-    const extra = tieredAndLora(nodes[1] as SimNode);
-    await run(nodes, 30);
-    // Quiescence: kvplane has applied every node's last batch, and both hold the same blocks.
-    const ix = ours.registry.index('m', 'default');
-    await until(
-      () =>
-        nodes.every(
-          (n) => ix.subscription(n.id)?.stats().lastSeq === n.publisher.stats().lastSeq,
-        ),
-      'kvplane caught up',
-    );
-    let theirs: Record<string, number> = {};
-    let mine: Record<string, number> = {};
-    for (let i = 0; i < 100; i++) {
-      [theirs, mine] = await Promise.all([dumpCounts(dynamo.url), dumpCounts(ours.url)]);
-      if (JSON.stringify(Object.entries(theirs).sort()) === JSON.stringify(Object.entries(mine).sort())) break;
-      await sleep(100);
-    }
-    expect(Object.entries(mine).sort()).toEqual(Object.entries(theirs).sort());
+      await sleep(500);
+      await run(nodes, 120);
+      const extra = tieredAndLora(nodes[1] as SimNode);
+      await run(nodes, 30);
+      // Quiescence: kvplane has applied every node's last batch, and both hold the same blocks.
+      const ix = ours.registry.index('m', 'default');
+      await until(
+        () => nodes.every((n) => ix.subscription(n.id)?.stats().lastSeq === n.publisher.stats().lastSeq),
+        'kvplane caught up',
+      );
+      let theirs: Record<string, number> = {};
+      let mine: Record<string, number> = {};
+      for (let i = 0; i < 100; i++) {
+        [theirs, mine] = await Promise.all([dumpCounts(dynamo.url), dumpCounts(ours.url)]);
+        if (JSON.stringify(Object.entries(theirs).sort()) === JSON.stringify(Object.entries(mine).sort())) break;
+        await sleep(100);
+      }
+      expect(Object.entries(mine).sort()).toEqual(Object.entries(theirs).sort());
 
-    const queries = queriesFrom(nodes, 3000, BS, 11);
-    const requests: Array<Record<string, unknown>> = queries.map((q) => ({ token_ids: [...q], model_name: 'm' }));
-    requests.push(
-      { token_ids: [...extra], model_name: 'm' },
-      { token_ids: [...extra.subarray(0, 3 * BS + 5)], model_name: 'm' },
-      { token_ids: [...extra], model_name: 'm', lora_name: 'adapter-a' },
-      { token_ids: [...extra], model_name: 'm', lora_name: 'adapter-b' },
-      { token_ids: [...extra], model_name: 'm', cache_salt: 'salt' },
-    );
-    const differ: unknown[] = [];
-    let matched = 0;
-    const depths = new Set<number>();
-    for (const body of requests) {
-      const [a, b] = await Promise.all([post(dynamo.url, '/query', body), post(ours.url, '/query', body)]);
-      expect(a.status).toBe(200);
-      expect(b.status).toBe(200);
-      if (canonical(a.json) !== canonical(b.json)) differ.push({ body, dynamo: a.json, kvplane: b.json });
-      const scores = Object.values(b.json.scores as Record<string, Record<string, number>>).flatMap(Object.values);
-      if (scores.length > 0) matched++;
-      for (const s of scores) depths.add(s);
-    }
-    // /query_by_hash: the blocks' own content hashes, as i64 (Dynamo's wire form), written exactly.
-    for (const q of queries.slice(0, 300)) {
-      const hashes = hashBlocks(q, { algo: 'xxh3_content', blockSize: BS });
-      const body = `{"model_name":"m","block_hashes":[${[...hashes].map((h) => BigInt.asIntN(64, h)).join(',')}]}`;
-      const [a, b] = await Promise.all([post(dynamo.url, '/query_by_hash', body), post(ours.url, '/query_by_hash', body)]);
-      expect(b.status).toBe(a.status);
-      if (canonical(a.json) !== canonical(b.json)) differ.push({ byHash: body, dynamo: a.json, kvplane: b.json });
-    }
-    expect(differ.slice(0, 3)).toEqual([]);
-    // The queries hit caches at many depths, not just the shared prompts.
-    expect(matched).toBeGreaterThan(2000);
-    expect(depths.size).toBeGreaterThan(20);
-    // The tiers and the LoRA namespace were exercised: device, then host, then disk.
-    const tiered = (await post(ours.url, '/query', { token_ids: [...extra], model_name: 'm' })).json;
-    expect(tiered.instances['2']).toMatchObject({ gpu: 2 * BS, cpu: 3 * BS, disk: 4 * BS, longest_matched: 4 * BS });
-    const lora = (await post(ours.url, '/query', { token_ids: [...extra], model_name: 'm', lora_name: 'adapter-a' })).json;
-    expect(lora.scores).toEqual({ '2': { '0': 2 * BS } });
-  }, 180_000);
-});
+      const queries = queriesFrom(nodes, 3000, BS, 11);
+      const requests: Array<Record<string, unknown>> = queries.map((q) => ({ token_ids: [...q], model_name: 'm' }));
+      requests.push(
+        { token_ids: [...extra], model_name: 'm' },
+        { token_ids: [...extra.subarray(0, 3 * BS + 5)], model_name: 'm' },
+        { token_ids: [...extra], model_name: 'm', lora_name: 'adapter-a' },
+        { token_ids: [...extra], model_name: 'm', lora_name: 'adapter-b' },
+        { token_ids: [...extra], model_name: 'm', cache_salt: 'salt' },
+      );
+      const differ: unknown[] = [];
+      let matched = 0;
+      const depths = new Set<number>();
+      for (const body of requests) {
+        const [a, b] = await Promise.all([post(dynamo.url, '/query', body), post(ours.url, '/query', body)]);
+        expect(a.status).toBe(200);
+        expect(b.status).toBe(200);
+        if (canonical(a.json) !== canonical(b.json)) differ.push({ body, dynamo: a.json, kvplane: b.json });
+        const scores = Object.values(b.json.scores as Record<string, Record<string, number>>).flatMap(Object.values);
+        if (scores.length > 0) matched++;
+        for (const s of scores) depths.add(s);
+      }
+      // /query_by_hash: the blocks' own content hashes, as i64 (Dynamo's wire form), written exactly.
+      for (const q of queries.slice(0, 300)) {
+        const hashes = hashBlocks(q, { algo: 'xxh3_content', blockSize: BS });
+        const body = `{"model_name":"m","block_hashes":[${[...hashes].map((h) => BigInt.asIntN(64, h)).join(',')}]}`;
+        const [a, b] = await Promise.all([
+          post(dynamo.url, '/query_by_hash', body),
+          post(ours.url, '/query_by_hash', body),
+        ]);
+        expect(b.status).toBe(a.status);
+        if (canonical(a.json) !== canonical(b.json)) differ.push({ byHash: body, dynamo: a.json, kvplane: b.json });
+      }
+      expect(differ.slice(0, 3)).toEqual([]);
+      // The queries hit caches at many depths, not just the shared prompts.
+      expect(matched).toBeGreaterThan(2000);
+      expect(depths.size).toBeGreaterThan(20);
+      // The tiers and the LoRA namespace were exercised: device, then host, then disk.
+      const tiered = (await post(ours.url, '/query', { token_ids: [...extra], model_name: 'm' })).json;
+      expect(tiered.instances['2']).toMatchObject({ gpu: 2 * BS, cpu: 3 * BS, disk: 4 * BS, longest_matched: 4 * BS });
+      const lora = (await post(ours.url, '/query', { token_ids: [...extra], model_name: 'm', lora_name: 'adapter-a' }))
+        .json;
+      expect(lora.scores).toEqual({ '2': { '0': 2 * BS } });
+    }, 180_000);
+  },
+);

@@ -105,7 +105,9 @@ class Node {
     }));
     this.publisher.publish(stored);
     await this.publisher.flush();
-    this.publisher.publish(hashes.filter((_, i) => i % 2 === 0).map((h) => ({ type: 'removed' as const, blockHashes: [h] })));
+    this.publisher.publish(
+      hashes.filter((_, i) => i % 2 === 0).map((h) => ({ type: 'removed' as const, blockHashes: [h] })),
+    );
     await this.publisher.flush();
   }
 
@@ -138,7 +140,8 @@ class Node {
 /** The indexer's blocks of worker `id`, as `rank:engineHash`. */
 function held(ix: IndexerServer, id: bigint): Set<string> {
   const out = new Set<string>();
-  for (const s of ix.registry.index('m', 'default').dump(id)) for (const h of s.blockHashes) out.add(`${s.dpRank}:${h}`);
+  for (const s of ix.registry.index('m', 'default').dump(id))
+    for (const h of s.blockHashes) out.add(`${s.dpRank}:${h}`);
   return out;
 }
 
@@ -191,7 +194,12 @@ describe('router fault injection', () => {
       for (const n of nodes) {
         // Through the node's fault proxy; the last node by its URL, as a kvplane node registers.
         const where = n === nodes[2] ? { url: n.url } : { endpoint: `grpc://127.0.0.1:${n.proxy.port}` };
-        const res = await post(ix.url, '/register', { instance_id: Number(n.id), ...where, model_name: 'm', block_size: BS });
+        const res = await post(ix.url, '/register', {
+          instance_id: Number(n.id),
+          ...where,
+          model_name: 'm',
+          block_size: BS,
+        });
         expect(res.status).toBe(201);
       }
       for (const n of nodes) await n.steps(5);

@@ -12,6 +12,7 @@ export async function freePort(): Promise<number> {
 }
 
 /** POSTs JSON; the status and the parsed answer. */
+// biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
 export async function post(base: string, path: string, body: unknown): Promise<{ status: number; json: any }> {
   const res = await fetch(`${base}${path}`, {
     method: 'POST',
@@ -170,7 +171,9 @@ export function queriesFrom(nodes: readonly SimNode[], count: number, blockSize:
 }
 
 /** An answer's `scores` and `instances` with keys sorted, for comparing two indexers' answers. */
+// biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
 export function canonical(answer: any): string {
+  // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
   const sort = (v: any): any =>
     v && typeof v === 'object' && !Array.isArray(v)
       ? Object.fromEntries(

@@ -21,7 +21,9 @@ function raw(url: string, method: string, path: string, body: string | Buffer, t
     const req = request(`${url}${path}`, { method, headers: { 'content-type': type } }, (res) => {
       let text = '';
       res.on('data', (c) => (text += c));
-      res.on('end', () => resolve({ status: res.statusCode as number, type: String(res.headers['content-type']), text }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode as number, type: String(res.headers['content-type']), text }),
+      );
     });
     req.on('error', reject);
     req.end(body);
@@ -40,7 +42,12 @@ describe('kvplane indexer HTTP API: bad input', () => {
       ['POST', '/register', JSON.stringify({ ...REG, endpoint: undefined }), 422],
       ['POST', '/register', JSON.stringify({ ...REG, instance_id: '1' }), 422],
       ['POST', '/register', JSON.stringify({ ...REG, instance_id: -1 }), 422],
-      ['POST', '/register', '{"instance_id":18446744073709551616,"endpoint":"tcp://h:1","model_name":"m","block_size":16}', 422],
+      [
+        'POST',
+        '/register',
+        '{"instance_id":18446744073709551616,"endpoint":"tcp://h:1","model_name":"m","block_size":16}',
+        422,
+      ],
       ['POST', '/register', JSON.stringify({ ...REG, block_size: 1.5 }), 422],
       ['POST', '/register', JSON.stringify({ ...REG, endpoint: 'udp://x:1' }), 400],
       ['POST', '/register', JSON.stringify({ ...REG, endpoint: 'tcp://127.0.0.1' }), 400],
@@ -70,19 +77,29 @@ describe('kvplane indexer HTTP API: bad input', () => {
     ];
     for (const [method, path, body, status, type] of cases) {
       const r = await raw(ix.url, method, path, body, type);
-      expect([path, body.slice(0, 80).toString(), r.status], r.text).toEqual([path, body.slice(0, 80).toString(), status]);
+      expect([path, body.slice(0, 80).toString(), r.status], r.text).toEqual([
+        path,
+        body.slice(0, 80).toString(),
+        status,
+      ]);
       expect(r.type).toBe('application/json');
       expect(typeof JSON.parse(r.text).error).toBe('string');
     }
     // Registration conflicts, as Dynamo's indexer answers them.
     expect((await post(ix.url, '/register', REG)).status).toBe(201);
-    expect(await post(ix.url, '/register', REG)).toEqual({ status: 409, json: { error: 'instance 1 dp_rank 0 already registered' } });
+    expect(await post(ix.url, '/register', REG)).toEqual({
+      status: 409,
+      json: { error: 'instance 1 dp_rank 0 already registered' },
+    });
     expect((await post(ix.url, '/register', { ...REG, instance_id: 2, block_size: 32 })).json).toEqual({
       error: 'block_size mismatch for model=m routing_group=default: existing=16, requested=32',
     });
     expect((await post(ix.url, '/register', { ...REG, model_name: 'other', dp_rank: 1 })).status).toBe(409);
     expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'other' })).status).toBe(404);
-    expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm', routing_group: 'default', dp_rank: 3 })).status).toBe(404);
+    expect(
+      (await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm', routing_group: 'default', dp_rank: 3 }))
+        .status,
+    ).toBe(404);
     // Still serving: an empty query answers as Dynamo's does.
     expect(await post(ix.url, '/query', { token_ids: [], model_name: 'm' })).toEqual({
       status: 200,
@@ -97,8 +114,12 @@ describe('kvplane indexer HTTP API: bad input', () => {
     expect(() => new RouterIndex({ blockSize: 0 })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
     const r = new RouterIndex({ blockSize: 4 });
     expect(() => r.findMatches([1, -1])).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
-    expect(() => r.applyPayload(1n, Buffer.from([0xc1]), 'vllm')).toThrow(expect.objectContaining({ code: 'ERR_DECODE' }));
-    expect(() => r.applyPayload(-1n, Buffer.from([0x90]), 'vllm')).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    expect(() => r.applyPayload(1n, Buffer.from([0xc1]), 'vllm')).toThrow(
+      expect.objectContaining({ code: 'ERR_DECODE' }),
+    );
+    expect(() => r.applyPayload(-1n, Buffer.from([0x90]), 'vllm')).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG' }),
+    );
   });
 });
 
@@ -113,16 +134,24 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
       await publisher.close();
     });
     const tokens = Uint32Array.from({ length: 12 }, (_, i) => i + 1);
-    publisher.publish([{ type: 'stored', blockHashes: [11n, 12n, 13n], parentBlockHash: null, tokenIds: tokens, blockSize: 4 }]);
+    publisher.publish([
+      { type: 'stored', blockHashes: [11n, 12n, 13n], parentBlockHash: null, tokenIds: tokens, blockSize: 4 },
+    ]);
     await publisher.flush();
     const stateFile = `/tmp/kvplane-ix-${process.pid}.json`;
     let ix = await IndexerServer.create({ host: '127.0.0.1', port: 0, stateFile });
     const reg = { instance_id: 42, url: `http://127.0.0.1:${http.port}`, model_name: 'm', block_size: 4 };
     expect((await post(ix.url, '/register', reg)).status).toBe(201);
-    const want = { scores: { '42': { '0': 12 } }, frequencies: [], instances: { '42': { longest_matched: 12, gpu: 12, dp: { '0': 12 }, cpu: 12, disk: 12 } } };
+    const want = {
+      scores: { '42': { '0': 12 } },
+      frequencies: [],
+      instances: { '42': { longest_matched: 12, gpu: 12, dp: { '0': 12 }, cpu: 12, disk: 12 } },
+    };
     const query = { token_ids: [...tokens, 99], model_name: 'm' };
-    for (let i = 0; i < 100 && (await post(ix.url, '/query', query)).json.scores['42'] === undefined; i++) await sleep(20);
+    for (let i = 0; i < 100 && (await post(ix.url, '/query', query)).json.scores['42'] === undefined; i++)
+      await sleep(20);
     expect((await post(ix.url, '/query', query)).json).toEqual(want);
+    // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
     const workers = (await (await fetch(`${ix.url}/workers`)).json()) as any[];
     expect(workers[0]).toMatchObject({ instance_id: 42, source: 'grpc', status: 'active', block_size: 4 });
     expect(workers[0].endpoints['0']).toBe(`grpc://127.0.0.1:${grpc.port}`);
@@ -135,7 +164,9 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     expect((await post(ix.url, '/query', query)).json).toEqual(want);
     expect(index.subscription(42n)?.stats().recoveries.snapshot).toBe(1);
     const metrics = await (await fetch(`${ix.url}/metrics`)).text();
-    expect(metrics).toMatch(/kvplane_indexer_worker_recoveries_total\{instance_id="42",dp_rank="0",kind="snapshot"\} 1/);
+    expect(metrics).toMatch(
+      /kvplane_indexer_worker_recoveries_total\{instance_id="42",dp_rank="0",kind="snapshot"\} 1/,
+    );
     expect(metrics).toMatch(/kvplane_indexer_workers 1/);
   });
 });

@@ -67,7 +67,8 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     const s = v[name];
     if (s === undefined) return undefined;
     const n = Number(s);
-    if (!Number.isInteger(n) || n < min || n > max) bad(`--${name} is ${JSON.stringify(s)}: an integer in ${min}..${max}`);
+    if (!Number.isInteger(n) || n < min || n > max)
+      bad(`--${name} is ${JSON.stringify(s)}: an integer in ${min}..${max}`);
     return n;
   };
   const blockSize = int('block-size', 1, 1 << 20);

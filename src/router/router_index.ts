@@ -1,4 +1,3 @@
-
 import type { Dialect } from '../codec.js';
 import { callNative, invalidArg, KvPlaneError } from '../errors.js';
 import native from '../native.js';

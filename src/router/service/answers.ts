@@ -29,8 +29,12 @@ export function queryAnswer(m: RouterMatches, blockSize: number): QueryAnswerJso
     const gpu = (m.device[i] as number) * blockSize;
     const cpu = (m.host[i] as number) * blockSize;
     const disk = (m.disk[i] as number) * blockSize;
-    if (gpu > 0) (out.scores[id] ??= {})[rank] = gpu;
-    const inst = (out.instances[id] ??= { longest_matched: 0, gpu: 0, dp: {}, cpu: 0, disk: 0 });
+    if (gpu > 0) {
+      out.scores[id] ??= {};
+      (out.scores[id] as Record<string, number>)[rank] = gpu;
+    }
+    out.instances[id] ??= { longest_matched: 0, gpu: 0, dp: {}, cpu: 0, disk: 0 };
+    const inst = out.instances[id] as InstanceSummary;
     inst.dp[rank] = gpu;
     inst.gpu = Math.max(inst.gpu, gpu);
     inst.cpu = Math.max(inst.cpu, cpu);

@@ -84,13 +84,20 @@ export function indexerMetrics(registry: Registry): {
   perWorker('kvplane_indexer_worker_lag_seconds', 'seconds since the last batch applied from the worker', (s) =>
     s.lastBatchAt === null ? null : (Date.now() - s.lastBatchAt) / 1000,
   );
-  perWorker('kvplane_indexer_worker_live', '1 when the worker is followed live (not connecting, recovering or backing off)', (s) =>
-    s.state === 'live' ? 1 : 0,
+  perWorker(
+    'kvplane_indexer_worker_live',
+    '1 when the worker is followed live (not connecting, recovering or backing off)',
+    (s) => (s.state === 'live' ? 1 : 0),
   );
   perWorker('kvplane_indexer_worker_events_total', 'events applied from the worker', (s) => s.events, 'counter');
   perWorker('kvplane_indexer_worker_restarts_total', 'node restarts seen', (s) => s.restarts, 'counter');
   perWorker('kvplane_indexer_worker_reconnects_total', 'streams lost and opened again', (s) => s.reconnects, 'counter');
-  perWorker('kvplane_indexer_worker_duplicates_total', 'batches skipped as already applied', (s) => s.duplicates, 'counter');
+  perWorker(
+    'kvplane_indexer_worker_duplicates_total',
+    'batches skipped as already applied',
+    (s) => s.duplicates,
+    'counter',
+  );
   perWorker('kvplane_indexer_worker_undecodable_total', 'batches that did not decode', (s) => s.undecodable, 'counter');
   new Counter({
     name: 'kvplane_indexer_worker_recoveries_total',
@@ -138,7 +145,10 @@ export function indexerMetrics(registry: Registry): {
     collect() {
       this.reset();
       for (const [key, st] of read().indexes) {
-        this.set({ index: key }, st.tiers.reduce((a, t) => a + t.bytes, 0));
+        this.set(
+          { index: key },
+          st.tiers.reduce((a, t) => a + t.bytes, 0),
+        );
       }
     },
   });

@@ -1,5 +1,5 @@
-import { RouterIndex } from '../router_index.js';
 import type { WorkerSource } from '../router_index.js';
+import { RouterIndex } from '../router_index.js';
 import { HttpError } from './json.js';
 
 /** One registered `(instance, rank)`: where its events come from. */
@@ -14,6 +14,8 @@ export interface Registration {
   replayEndpoint: string | null;
   /** A kvplane node registered by its HTTP URL (its endpoint was found from its `/healthz`). */
   url: string | null;
+  /** The ZMQ payloads' dialect: `vllm` (default; kvplane nodes publish it too), `sglang` or `trtllm`. */
+  engine?: 'vllm' | 'sglang' | 'trtllm';
 }
 
 interface Instance {
@@ -80,7 +82,10 @@ export class Registry {
     return [...this.#instances.values()].flatMap((i) => [...i.ranks.values()]);
   }
 
-  instances(): ReadonlyMap<bigint, { modelName: string; routingGroup: string; ranks: ReadonlyMap<number, Registration> }> {
+  instances(): ReadonlyMap<
+    bigint,
+    { modelName: string; routingGroup: string; ranks: ReadonlyMap<number, Registration> }
+  > {
     return this.#instances;
   }
 
@@ -92,7 +97,8 @@ export class Registry {
         `instance ${r.instanceId} is already registered for model=${inst.modelName} routing_group=${inst.routingGroup}`,
       );
     }
-    if (inst?.ranks.has(r.dpRank)) throw new HttpError(409, `instance ${r.instanceId} dp_rank ${r.dpRank} already registered`);
+    if (inst?.ranks.has(r.dpRank))
+      throw new HttpError(409, `instance ${r.instanceId} dp_rank ${r.dpRank} already registered`);
     const key = Registry.key(r.modelName, r.routingGroup);
     let ix = this.#indexes.get(key);
     if (ix && ix.blockSize !== r.blockSize) {
@@ -126,7 +132,10 @@ export class Registry {
     const inst = this.#instances.get(id);
     if (!inst) throw new HttpError(404, `instance ${id} not found`);
     if (inst.modelName !== modelName || (routingGroup !== null && inst.routingGroup !== routingGroup)) {
-      throw new HttpError(404, `instance ${id} is registered for model=${inst.modelName} routing_group=${inst.routingGroup}`);
+      throw new HttpError(
+        404,
+        `instance ${id} is registered for model=${inst.modelName} routing_group=${inst.routingGroup}`,
+      );
     }
     const key = Registry.key(inst.modelName, inst.routingGroup);
     const ix = this.#indexes.get(key) as RouterIndex;

@@ -117,7 +117,11 @@ export class IndexerServer {
   async #get(route: string, url: URL, res: ServerResponse): Promise<void> {
     switch (route) {
       case '/workers':
-        return this.#send(res, 200, this.#workers(url.searchParams.get('model_name'), url.searchParams.get('routing_group')));
+        return this.#send(
+          res,
+          200,
+          this.#workers(url.searchParams.get('model_name'), url.searchParams.get('routing_group')),
+        );
       case '/dump':
         return this.#send(res, 200, this.#dump());
       case '/health':
@@ -173,6 +177,10 @@ export class IndexerServer {
     const routingGroup = f.str('routing_group', 'default') as string;
     const dpRank = f.u32('dp_rank', 0);
     const url = f.str('url', null);
+    const engine = f.str('engine', 'vllm');
+    if (engine !== 'vllm' && engine !== 'sglang' && engine !== 'trtllm') {
+      throw new HttpError(400, `engine is ${JSON.stringify(engine)}: vllm, sglang or trtllm`);
+    }
     let endpoint = f.has('endpoint') || url === null ? f.str('endpoint') : null;
     let replayEndpoint = f.str('replay_endpoint', null);
     if (endpoint !== null) checkEndpoint(endpoint);
@@ -193,6 +201,7 @@ export class IndexerServer {
       endpoint: endpoint as string,
       replayEndpoint,
       url,
+      engine,
     };
     this.registry.register(r, sourceOf(r));
   }
@@ -210,7 +219,8 @@ export class IndexerServer {
         blockSize = r.blockSize;
         endpoints[rank] = r.endpoint;
         const s = ix.subscription(id, rank)?.stats();
-        const status = s === undefined ? 'failed' : s.state === 'live' ? 'active' : s.state === 'closed' ? 'failed' : 'pending';
+        const status =
+          s === undefined ? 'failed' : s.state === 'live' ? 'active' : s.state === 'closed' ? 'failed' : 'pending';
         states.push(status);
         listeners[rank] = {
           endpoint: r.endpoint,
@@ -256,7 +266,12 @@ export class IndexerServer {
 
   #health(): Record<string, unknown> {
     const subs = [...this.registry.indexes().values()].flatMap((ix) => ix.subscriptionStats());
-    const brief = (s: (typeof subs)[number]) => ({ instance_id: s.workerId, dp_rank: s.dpRank, state: s.state, last_error: s.lastError });
+    const brief = (s: (typeof subs)[number]) => ({
+      instance_id: s.workerId,
+      dp_rank: s.dpRank,
+      state: s.state,
+      last_error: s.lastError,
+    });
     const recovering = subs.filter((s) => s.state === 'recovering').map(brief);
     const stale = subs.filter((s) => s.state === 'connecting' || s.state === 'backoff').map(brief);
     return {

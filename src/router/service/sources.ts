@@ -5,7 +5,7 @@ import type { Registration } from './registry.js';
 /** What a registration subscribes to. */
 export function sourceOf(r: Registration): WorkerSource {
   if (r.endpoint.startsWith('grpc://')) return { kind: 'grpc', address: r.endpoint.slice('grpc://'.length) };
-  return { kind: 'zmq', endpoint: r.endpoint, replayEndpoint: r.replayEndpoint };
+  return { kind: 'zmq', endpoint: r.endpoint, replayEndpoint: r.replayEndpoint, dialect: r.engine ?? 'vllm' };
 }
 
 /** A bound address's host replaced by the host the node was reached at (`*`, `0.0.0.0`, `::`). */
@@ -17,14 +17,18 @@ function reachable(endpoint: string, host: string): string {
  * A kvplane node's endpoints, from its `/healthz`: its gRPC server when it has one (snapshots,
  * epochs), else its ZMQ stream and replay socket.
  */
-export async function discoverNode(url: string, timeoutMs = 5000): Promise<{ endpoint: string; replayEndpoint: string | null }> {
+export async function discoverNode(
+  url: string,
+  timeoutMs = 5000,
+): Promise<{ endpoint: string; replayEndpoint: string | null }> {
   let u: URL;
   try {
     u = new URL(url);
   } catch {
     throw new HttpError(400, `invalid node url \`${url}\``);
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new HttpError(400, `invalid node url \`${url}\`: http or https`);
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    throw new HttpError(400, `invalid node url \`${url}\`: http or https`);
   let health: { endpoints?: { zmq?: string | null; replay?: string | null; grpc_port?: number | null } };
   try {
     const res = await fetch(new URL('/healthz', u), { signal: AbortSignal.timeout(timeoutMs) });

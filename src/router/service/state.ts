@@ -19,6 +19,7 @@ export function saveRegistrations(path: string, regs: readonly Registration[]): 
       endpoint: r.endpoint,
       replay_endpoint: r.replayEndpoint,
       url: r.url,
+      engine: r.engine ?? 'vllm',
     })),
   };
   const tmp = `${path}.tmp`;
@@ -53,5 +54,6 @@ export function loadRegistrations(path: string): Registration[] {
     endpoint: r.endpoint as string,
     replayEndpoint: (r.replay_endpoint as string | null) ?? null,
     url: (r.url as string | null) ?? null,
+    engine: (r.engine as Registration['engine']) ?? 'vllm',
   }));
 }

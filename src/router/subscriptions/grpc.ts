@@ -1,6 +1,13 @@
-import { type ClientReadableStream, Client, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
+import { Client, type ClientReadableStream, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
-import { appliedSoTrimLater, Backoff, emptyRecoveries, type RouterTarget, type Subscription, type SubscriptionStats } from './subscription.js';
+import {
+  appliedSoTrimLater,
+  Backoff,
+  emptyRecoveries,
+  type RouterTarget,
+  type Subscription,
+  type SubscriptionStats,
+} from './subscription.js';
 
 export interface GrpcSubscriptionOptions {
   workerId: bigint;

@@ -3,7 +3,13 @@ import { invalidArg } from '../../errors.js';
 import type { KvEvent } from '../../events.js';
 import { EngineZmqSource } from '../../sources/engine/zmq_source.js';
 import type { RelaySink } from '../../sources/source.js';
-import { appliedSoTrimLater, emptyRecoveries, type RouterTarget, type Subscription, type SubscriptionStats } from './subscription.js';
+import {
+  appliedSoTrimLater,
+  emptyRecoveries,
+  type RouterTarget,
+  type Subscription,
+  type SubscriptionStats,
+} from './subscription.js';
 
 export interface ZmqSubscriptionOptions {
   workerId: bigint;
@@ -52,6 +58,7 @@ export class ZmqSubscription implements Subscription {
       dpSize: 1,
       // Batches already waiting on the socket are applied in one call.
       coalesceBytes: 1 << 20,
+      fetchOnJoin: true,
       onWarning: o.onWarning,
     });
     const clear = () => target.clearWorker(this.workerId, o.wholeWorker?.() === false ? this.dpRank : null);

@@ -73,6 +73,10 @@ export class RankFollower {
   #unknownBefore = 0n;
   /** The rank was cleared (or is new): the next batch applied starts its record. */
   #recordStarts = true;
+  /** The fetch in progress is `join()`'s (no live batch showed a gap yet). */
+  #joining = false;
+  /** The live socket reconnected since its last batch: the engine may be a new incarnation. */
+  #reconnected = false;
 
   constructor(opts: FollowerOptions) {
     this.#opts = { maxHeld: 10_000, ...opts };
@@ -96,11 +100,35 @@ export class RankFollower {
     return this.#unknownBefore;
   }
 
+  /**
+   * Fetches what the engine published before the subscription began, without waiting for a live
+   * batch to show the gap (a router joining: an idle rank's state is there at once). Nothing when
+   * the engine has no replay socket or the rank is already followed.
+   */
+  join(): FollowStep[] {
+    if (!this.#opts.replay || this.#next !== null || this.#fetching) return [];
+    this.#joining = true;
+    return this.#startFetch(this.#opts.firstSeq, null);
+  }
+
+  /**
+   * The live socket connected again after losing its connection. If the next live batch is older
+   * than what was applied, the engine restarted, even when no live batch of its last incarnation
+   * was seen (a rank known only from its replay).
+   */
+  reconnected(): void {
+    this.#reconnected = true;
+  }
+
   /** A live batch. */
   live(batch: EngineBatch): FollowStep[] {
     const lastLive = this.#lastLive;
     this.#lastLive = batch.seq;
-    if (lastLive !== null && batch.seq <= lastLive) {
+    const reconnected = this.#reconnected;
+    this.#reconnected = false;
+    const fellBack =
+      lastLive !== null ? batch.seq <= lastLive : reconnected && this.#next !== null && batch.seq < this.#next;
+    if (fellBack) {
       // The live socket's seqs fell back: a new engine incarnation. A fetch in progress is for
       // the old one; its replies are dropped.
       this.counters.restarts++;
@@ -173,6 +201,16 @@ export class RankFollower {
     this.#held = [];
     const steps: FollowStep[] = [];
     const first = held[0];
+    const joining = this.#joining;
+    this.#joining = false;
+    if (joining && this.#next === this.#opts.firstSeq && !this.#fetchGap) {
+      // The join fetched nothing (the engine had published nothing, or did not answer): the rank
+      // is joined as if it had not fetched, by what arrives next.
+      this.#next = null;
+      this.#overflowed = false;
+      for (const b of held) steps.push(...this.#continue(b));
+      return steps;
+    }
     const expected = this.#next ?? this.#opts.firstSeq;
     const missing = first !== undefined && first.seq > expected;
     if (this.#overflowed || missing || !ok) {
@@ -203,9 +241,9 @@ export class RankFollower {
     return [{ kind: 'apply', batch }];
   }
 
-  #startFetch(from: bigint, held: EngineBatch): FollowStep[] {
+  #startFetch(from: bigint, held: EngineBatch | null): FollowStep[] {
     this.#fetching = true;
-    this.#held = [held];
+    this.#held = held === null ? [] : [held];
     if (this.#next === null) this.#next = from;
     return [{ kind: 'fetch', from, fetch: ++this.#fetch }];
   }

@@ -39,6 +39,12 @@ export interface EngineZmqOptions {
    * batch as its own. Only what has already arrived is merged: nothing waits for more.
    */
   coalesceBytes?: number;
+  /**
+   * Fetch what the engine published before joining from its replay socket at once, instead of
+   * when the first live batch shows the gap (a router: an idle rank's blocks are known at once).
+   * Default false.
+   */
+  fetchOnJoin?: boolean;
   /** How long a replay fetch may go without an answer before the rank is cleared. Default 5 s. */
   replayTimeoutMs?: number;
   /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
@@ -124,6 +130,7 @@ class RankLink {
     this.#sub.connect(this.endpoint);
     this.#sub.subscribe(this.#source.options.topic ?? '');
     this.#loops.push(this.#receive());
+    if (this.#source.options.fetchOnJoin) this.#run(this.follower.join());
   }
 
   async stop(): Promise<void> {
@@ -139,10 +146,15 @@ class RankLink {
 
   async #watch(): Promise<void> {
     try {
+      let lost = false;
       for await (const ev of this.#sub.events) {
-        if (ev.type === 'connect') this.connected = true;
-        else if (ev.type === 'disconnect') this.connected = false;
-        else if (ev.type === 'end') break;
+        if (ev.type === 'connect') {
+          this.connected = true;
+          if (lost) this.follower.reconnected();
+        } else if (ev.type === 'disconnect') {
+          this.connected = false;
+          lost = true;
+        } else if (ev.type === 'end') break;
       }
     } catch {
       // The socket closed.

@@ -360,7 +360,7 @@ impl RouterIndex {
           };
           for ev in events {
             out.events += 1;
-            let _ = self.store(w, &ev);
+            let _ = self.store(w, ev);
           }
         }
       }
