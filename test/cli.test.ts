@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -156,5 +156,97 @@ describe('kvplane serve --engine sim', () => {
     const warn = r.lines.find((l) => l.level === 'warn');
     expect(warn).toMatchObject({ msg: 'endpoint connects', endpoint: 'tcp://127.0.0.1:9' });
     expect(warn?.detail).toMatch(/write bind:tcp:\/\/127\.0\.0\.1:9 to serve on it/);
+  });
+});
+
+describe('kvplane indexer', () => {
+  it('follows the workers of --workers (a kvplane node with the simulated engine), serves their blocks, keeps its state file, and stops on SIGTERM', async () => {
+    const lines = (proc: ReturnType<typeof spawn>) => {
+      const out: Array<Record<string, unknown>> = [];
+      createInterface({ input: proc.stdout as NodeJS.ReadableStream }).on('line', (l) => out.push(JSON.parse(l)));
+      return out;
+    };
+    const until = async (cond: () => boolean) => {
+      for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 25));
+    };
+    const node = spawn(process.execPath, [
+      CLI,
+      'serve',
+      '--endpoint',
+      'tcp://127.0.0.1:*',
+      '--replay-endpoint',
+      'tcp://127.0.0.1:*',
+      '--http-port',
+      'none',
+      '--sim-rate',
+      '100',
+      '--duration',
+      '30',
+    ]);
+    const nodeOut = lines(node);
+    await until(() => nodeOut.some((l) => l.msg === 'serving'));
+    const serving = nodeOut.find((l) => l.msg === 'serving') as { endpoint: string };
+    const stateFile = join(tmpdir(), `kvplane-indexer-${process.pid}.json`);
+    const ix = spawn(process.execPath, [
+      CLI,
+      'indexer',
+      '--host',
+      '127.0.0.1',
+      '--port',
+      '0',
+      '--block-size',
+      '16',
+      '--model-name',
+      'llama',
+      '--workers',
+      `7=${serving.endpoint},7:1=${serving.endpoint.replace(/:(\d+)$/, ':1')}`,
+      '--state-file',
+      stateFile,
+    ]);
+    const ixOut = lines(ix);
+    try {
+      await until(() => ixOut.some((l) => l.msg === 'indexing'));
+      const started = ixOut.find((l) => l.msg === 'indexing') as Record<string, unknown>;
+      expect(started).toMatchObject({ workers: 2, state_file: stateFile });
+      const url = started.http as string;
+      const workers = (await (await fetch(`${url}/workers?model_name=llama`)).json()) as Array<Record<string, unknown>>;
+      expect(workers).toMatchObject([{ instance_id: 7, model_name: 'llama', block_size: 16 }]);
+      // The simulated engine's blocks arrive for worker 7.
+      let dump: Record<string, { events: Array<{ worker_id: number }> }> = {};
+      for (let i = 0; i < 100; i++) {
+        dump = (await (await fetch(`${url}/dump`)).json()) as typeof dump;
+        if ((dump['llama:default']?.events.length ?? 0) > 0) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(Object.keys(dump)).toEqual(['llama:default']);
+      expect(dump['llama:default']?.events.length).toBeGreaterThan(0);
+      expect(dump['llama:default']?.events.every((e) => e.worker_id === 7)).toBe(true);
+      const saved = JSON.parse(readFileSync(stateFile, 'utf8'));
+      expect(
+        saved.registrations.map((r: { instance_id: string; dp_rank: number }) => [r.instance_id, r.dp_rank]),
+      ).toEqual([
+        ['7', 0],
+        ['7', 1],
+      ]);
+    } finally {
+      ix.kill('SIGTERM');
+      node.kill('SIGTERM');
+    }
+    const code = await new Promise((r) => ix.once('exit', r));
+    expect(code).toBe(0);
+    expect(ixOut.some((l) => l.msg === 'stopping')).toBe(true);
+  }, 30_000);
+
+  it('rejects bad flags with ERR_INVALID_ARG and exit code 2', () => {
+    for (const args of [
+      ['--workers', '1=tcp://h:1'],
+      ['--port', 'x'],
+      ['--nope', '1'],
+      ['--block-size', '16', '--workers', 'x'],
+    ]) {
+      const r = spawnSync(process.execPath, [CLI, 'indexer', ...args], { encoding: 'utf8' });
+      expect(r.status, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(/ERR_INVALID_ARG/);
+    }
   });
 });
