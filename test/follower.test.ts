@@ -6,7 +6,7 @@ const b = (seq: number) => ({ seq: BigInt(seq), payload: Buffer.from([seq]) });
 const fetches = new WeakMap<RankFollower, number>();
 const fetchId = (f: RankFollower) => fetches.get(f) ?? 0;
 const follow = (f: RankFollower, steps: FollowStep[]) => {
-  for (const s of steps) if (s.kind === 'fetch') fetches.set(f, s.fetch);
+  for (const s of steps) if (s.kind === 'fetch' || s.kind === 'resync') fetches.set(f, s.fetch);
   return steps;
 };
 const live = (f: RankFollower, batch: ReturnType<typeof b>) => follow(f, f.live(batch));
@@ -163,5 +163,31 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
     c.reconnected();
     expect(short(live(c, b(0)))).toEqual(['c:restart', 'a0']);
     expect(c.counters).toMatchObject({ restarts: 1, duplicates: 0 });
+  });
+
+  it('with resync, state replay cannot restore is loaded whole, then what was held follows it', () => {
+    const f = new RankFollower({ replay: true, firstSeq: 0n, resync: true });
+    const step = (steps: FollowStep[]) => {
+      follow(f, steps);
+      return steps.map((x) => (x.kind === 'resync' ? `r:${x.reason}` : short([x])[0]));
+    };
+    // Joining a node whose log starts at 100: the replay has a hole, so its state is loaded.
+    expect(step(f.join())).toEqual(['f0']);
+    expect(step(f.replayed(fetchId(f), b(100)))).toEqual(['r:gap']);
+    const resync = fetchId(f);
+    expect(step(f.replayed(resync - 1, b(101)))).toEqual([]); // the old fetch's replies are ignored
+    expect(step(live(f, b(104)))).toEqual([]); // held
+    expect(step(live(f, b(105)))).toEqual([]);
+    // The state reflects seq 104: 104 is a duplicate, 105 follows.
+    expect(step(f.resynced(resync, 104n))).toEqual(['a105']);
+    expect(f.counters).toMatchObject({ resynced: 1, cleared: 0, duplicates: 1 });
+    // Without replay, a gap is a resync too; a failed load clears the rank as before.
+    const g = new RankFollower({ replay: false, firstSeq: 0n, resync: true });
+    live(g, b(0));
+    const gap = g.live(b(5));
+    expect(gap.map((x) => x.kind)).toEqual(['resync']);
+    const id = (gap[0] as { fetch: number }).fetch;
+    expect(short(g.resyncFailed(id))).toEqual(['c:gap', 'a5']);
+    expect(g.counters).toMatchObject({ unrecoverable: 1, cleared: 1, resynced: 0 });
   });
 });

@@ -15,7 +15,7 @@ import { FaultProxy, post, rng } from './router_fixtures.js';
 
 /**
  * Fault injection (docs/architecture.md#router-side): kvplane nodes followed by `kvplane indexer`
- * through random faults; at quiescence the indexer's blocks of every worker equal that node's own
+ * (three over gRPC, one over ZMQ with its replay and `/kv_recover`) through random faults; at quiescence the indexer's blocks of every worker equal that node's own
  * `/kv_recover` tree dump. `KVPLANE_FAULT_RUNS` sets the number of seeded runs (default 100);
  * `KVPLANE_FAULT_LONG=1` makes each run longer (more steps and faults).
  */
@@ -38,19 +38,42 @@ class Node {
   /** What the indexer connects through. */
   proxy!: FaultProxy;
 
+  /** The ZMQ ports, kept across restarts (a node followed over ZMQ). */
+  zmqPorts: [number, number] | null = null;
+
   constructor(
     readonly id: bigint,
     public seed: number,
+    /** No gRPC server: followed over its ZMQ stream and replay socket, with `/kv_recover`. */
+    readonly zmqOnly = false,
   ) {}
 
   async start(): Promise<void> {
     this.proxy ??= await FaultProxy.create(() => this.grpcPort);
-    this.publisher = await KvEventPublisher.create({
-      endpoint: 'tcp://127.0.0.1:*',
-      replayEndpoint: null,
-      blockSize: BS,
-      bufferSteps: BUFFER_STEPS,
-    });
+    const [live, replay] = this.zmqPorts ?? ['*', '*'];
+    const create = () =>
+      KvEventPublisher.create({
+        // `bind:`: a specific address is otherwise connected to (vLLM's rule).
+        endpoint: `bind:tcp://127.0.0.1:${live}`,
+        replayEndpoint: this.zmqOnly ? `bind:tcp://127.0.0.1:${replay}` : null,
+        blockSize: BS,
+        bufferSteps: BUFFER_STEPS,
+        hwm: 8,
+      });
+    // A restart on the same ports may find them still held for a moment.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        this.publisher = await create();
+        break;
+      } catch (err) {
+        if (attempt >= 40 || !/in use/.test((err as Error).message)) throw err;
+        await sleep(50);
+      }
+    }
+    if (this.zmqOnly) {
+      const port = (e: string | null) => Number(/:(\d+)$/.exec(e ?? '')?.[1]);
+      this.zmqPorts = [port(this.publisher.endpoint), port(this.publisher.replayEndpoint)];
+    }
     this.sim = new SimEngine(this.publisher, {
       seed: this.seed,
       blockSize: BS,
@@ -66,6 +89,7 @@ class Node {
   }
 
   async startGrpc(): Promise<void> {
+    if (this.zmqOnly) return;
     this.grpc = await KvGrpcServer.create({
       stream: this.publisher.stream,
       host: '127.0.0.1',
@@ -77,6 +101,15 @@ class Node {
   async stopGrpc(): Promise<void> {
     await this.grpc?.close();
     this.grpc = null;
+  }
+
+  /**
+   * Over ZMQ, batches published before a subscriber (re)connects are not seen live; the router
+   * learns of them from the next batch it gets. Waits until the indexer is connected.
+   */
+  async subscribed(): Promise<void> {
+    if (!this.zmqOnly) return;
+    for (let i = 0; i < 250 && this.publisher.stats().subscribers === 0; i++) await sleep(20);
   }
 
   get url(): string {
@@ -178,11 +211,17 @@ describe('router fault injection', () => {
       for (const s of ix.registry.index('m', 'default').stats().subscriptions) {
         for (const [kind, v] of Object.entries(s.recoveries)) totals[kind] = (totals[kind] ?? 0) + v;
         totals.restarts = (totals.restarts ?? 0) + s.restarts;
+        if (s.kind === 'zmq') totals.zmq_tree_dumps = (totals.zmq_tree_dumps ?? 0) + s.recoveries.snapshot;
       }
     };
     for (let run = 0; run < RUNS; run++) {
       const r = rng(run + 1);
-      const nodes = [new Node(1n, run * 10 + 1), new Node(2n, run * 10 + 2), new Node(3n, run * 10 + 3)];
+      const nodes = [
+        new Node(1n, run * 10 + 1),
+        new Node(2n, run * 10 + 2),
+        new Node(3n, run * 10 + 3),
+        new Node(4n, run * 10 + 4, true),
+      ];
       for (const n of nodes) await n.start();
       const stateFile = join(dir, `state-${run}.json`);
       let ix = await IndexerServer.create({ host: '127.0.0.1', port: 0, stateFile });
@@ -192,8 +231,9 @@ describe('router fault injection', () => {
       };
       cleanup.push(closeAll);
       for (const n of nodes) {
-        // Through the node's fault proxy; the last node by its URL, as a kvplane node registers.
-        const where = n === nodes[2] ? { url: n.url } : { endpoint: `grpc://127.0.0.1:${n.proxy.port}` };
+        // Through the node's fault proxy; nodes 3 and 4 by their URLs, as kvplane nodes register
+        // (3 is found serving gRPC, 4 only ZMQ).
+        const where = n.id >= 3n ? { url: n.url } : { endpoint: `grpc://127.0.0.1:${n.proxy.port}` };
         const res = await post(ix.url, '/register', {
           instance_id: Number(n.id),
           ...where,
@@ -202,16 +242,23 @@ describe('router fault injection', () => {
         });
         expect(res.status).toBe(201);
       }
+      for (const n of nodes) await n.subscribed();
       for (const n of nodes) await n.steps(5);
       const faults = LONG ? 8 : 3;
       for (let f = 0; f < faults; f++) {
-        const fault = FAULTS[Math.floor(r() * FAULTS.length)] as Fault;
         const node = nodes[Math.floor(r() * nodes.length)] as Node;
+        let fault = FAULTS[Math.floor(r() * FAULTS.length)] as Fault;
+        // Over ZMQ a lost connection is a burst the publisher's HWM drops.
+        if (node.zmqOnly && fault === 'drop') fault = 'hwm';
         injected[fault]++;
         switch (fault) {
           case 'hwm': {
             // The indexer stops reading (a stalled router or network): the node's queue for it
             // passes its bound and it is cut off; it resumes from its last seq.
+            if (node.zmqOnly) {
+              await node.burst(48 * 1024, run * 100 + f + 1);
+              break;
+            }
             const before = node.grpc?.stats().cutOff ?? 0;
             node.proxy.stall();
             await node.burst(48 * 1024, run * 100 + f + 1);
@@ -225,22 +272,32 @@ describe('router fault injection', () => {
             await node.steps(3 + Math.floor(r() * 8));
             break;
           case 'expired':
+            if (node.zmqOnly) {
+              // More than the replay log holds, faster than the HWM lets through.
+              await node.burst(64 * 1024, run * 100 + f + 50);
+              break;
+            }
             await node.stopGrpc();
             await node.steps(BUFFER_STEPS + 10);
             await node.startGrpc();
             break;
           case 'restart':
             await node.restart(run * 10 + 100 + f);
+            await node.subscribed();
             break;
           case 'indexer_restart':
             count(ix);
             await ix.close();
             await node.steps(4);
             ix = await IndexerServer.create({ host: '127.0.0.1', port: 0, stateFile });
+            for (const n of nodes) await n.subscribed();
             break;
         }
         for (const n of nodes) await n.steps(LONG ? 20 : 3 + Math.floor(r() * 5));
       }
+      // Engines keep publishing: a last batch shows a ZMQ subscriber anything it missed.
+      for (const n of nodes) await n.subscribed();
+      for (const n of nodes) await n.steps(1);
       await converged(ix, nodes);
       for (const n of nodes) {
         const mine = held(ix, n.id);
@@ -259,5 +316,7 @@ describe('router fault injection', () => {
     expect(totals.snapshot).toBeGreaterThan(RUNS * 3);
     expect(totals.resume).toBeGreaterThan(0);
     expect(cutOffs).toBeGreaterThan(0);
+    // The node followed over ZMQ was rebuilt from /kv_recover tree dumps, not cleared.
+    expect(totals.zmq_tree_dumps).toBeGreaterThan(RUNS);
   }, 600_000);
 });

@@ -85,6 +85,7 @@ export class RouterIndex {
       applyPayloads: (w, r, b, d) => callNative(() => n.applyPayloads(w, r, b, d)),
       applyNumbered: (w, r, b, e) => callNative(() => n.applyNumbered(w, r, b, e)),
       clearWorker: (w, r) => callNative(() => n.clearWorker(w, r)),
+      applyRecovery: (w, a) => callNative(() => n.applyRecovery(w, a)),
     };
   }
 

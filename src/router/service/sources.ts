@@ -5,7 +5,14 @@ import type { Registration } from './registry.js';
 /** What a registration subscribes to. */
 export function sourceOf(r: Registration): WorkerSource {
   if (r.endpoint.startsWith('grpc://')) return { kind: 'grpc', address: r.endpoint.slice('grpc://'.length) };
-  return { kind: 'zmq', endpoint: r.endpoint, replayEndpoint: r.replayEndpoint, dialect: r.engine ?? 'vllm' };
+  return {
+    kind: 'zmq',
+    endpoint: r.endpoint,
+    replayEndpoint: r.replayEndpoint,
+    dialect: r.engine ?? 'vllm',
+    // A kvplane node followed over ZMQ: what its replay cannot restore comes from /kv_recover.
+    recoverUrl: r.url,
+  };
 }
 
 /** A bound address's host replaced by the host the node was reached at (`*`, `0.0.0.0`, `::`). */

@@ -17,6 +17,8 @@ export interface RouterTarget {
     expected?: bigint | null,
   ): { outcome: string; seq: bigint; events: number };
   clearWorker(workerId: bigint, rank?: number | null): void;
+  /** A node's `/kv_recover` answer (msgpack): `Events` applied in order, a `TreeDump` replacing the worker. */
+  applyRecovery(workerId: bigint, answer: Uint8Array): { kind: string; lastSeq: bigint };
 }
 
 /** How a worker's state was recovered, by kind. */

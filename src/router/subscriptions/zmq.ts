@@ -19,6 +19,11 @@ export interface ZmqSubscriptionOptions {
   endpoint: string;
   /** The publisher's replay ROUTER; `null`: a gap clears the worker. */
   replayEndpoint?: string | null;
+  /**
+   * A kvplane node's HTTP URL: state its replay cannot restore (a range it no longer has, a
+   * restart, joining) is loaded from its `/kv_recover` tree dump instead of cleared.
+   */
+  recoverUrl?: string | null;
   /** Payload dialect. Default `vllm` (kvplane nodes publish it too). */
   dialect?: 'vllm' | 'sglang' | 'trtllm';
   /**
@@ -46,6 +51,8 @@ export class ZmqSubscription implements Subscription {
   #batches = 0;
   #lastBatchAt: number | null = null;
   #closed = false;
+  #snapshots = 0;
+  #lastError: string | null = null;
 
   constructor(target: RouterTarget, o: ZmqSubscriptionOptions) {
     this.#o = o;
@@ -60,6 +67,7 @@ export class ZmqSubscription implements Subscription {
       coalesceBytes: 1 << 20,
       fetchOnJoin: true,
       onWarning: o.onWarning,
+      resync: o.recoverUrl ? () => this.#treeDump(target, o.recoverUrl as string) : undefined,
     });
     const clear = () => target.clearWorker(this.workerId, o.wholeWorker?.() === false ? this.dpRank : null);
     const apply = (payloads: Uint8Array[], dialect: Dialect) => {
@@ -88,6 +96,38 @@ export class ZmqSubscription implements Subscription {
     void this.#source.start(this.#sink);
   }
 
+  /**
+   * The node's whole state from its `/kv_recover` tree dump, replacing the worker's: its seq. A
+   * node that does not answer (restarting) is asked again after 0.2, 0.4 and 0.8 s before the
+   * worker is given up on (cleared).
+   */
+  async #treeDump(target: RouterTarget, url: string): Promise<bigint> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await this.#treeDumpOnce(target, url);
+      } catch (err) {
+        if (attempt >= 3 || this.#closed) throw err;
+        await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
+      }
+    }
+  }
+
+  async #treeDumpOnce(target: RouterTarget, url: string): Promise<bigint> {
+    try {
+      const res = await fetch(new URL('/kv_recover?format=msgpack', url), { signal: AbortSignal.timeout(30_000) });
+      if (!res.ok) throw new Error(`HTTP ${res.status}`);
+      const answer = target.applyRecovery(this.workerId, new Uint8Array(await res.arrayBuffer()));
+      if (answer.kind !== 'TreeDump') throw new Error(`expected a TreeDump, got ${answer.kind}`);
+      this.#snapshots++;
+      this.#lastBatchAt = Date.now();
+      appliedSoTrimLater();
+      return answer.lastSeq;
+    } catch (err) {
+      this.#lastError = `${url}/kv_recover: ${(err as Error).message}`;
+      throw err;
+    }
+  }
+
   async stop(): Promise<void> {
     this.#closed = true;
     await this.#source.stop();
@@ -98,6 +138,7 @@ export class ZmqSubscription implements Subscription {
     const recoveries = emptyRecoveries();
     recoveries.replay = r?.gapsFilled ?? 0;
     recoveries.cleared = r?.unrecoverable ?? 0;
+    recoveries.snapshot = this.#snapshots;
     return {
       workerId: this.workerId,
       dpRank: this.dpRank,
@@ -114,7 +155,7 @@ export class ZmqSubscription implements Subscription {
       reconnects: 0,
       duplicates: r?.duplicates ?? 0,
       undecodable: r?.undecodable ?? 0,
-      lastError: null,
+      lastError: this.#lastError,
     };
   }
 }

@@ -19,7 +19,15 @@ export type FollowStep =
   /** Fetch `from..` from the engine's replay socket, then call `replayed` / `replayEnded` with `fetch`. */
   | { kind: 'fetch'; from: bigint; fetch: number }
   /** The rank's state is unknown: clear it downstream and rebuild from what follows. */
-  | { kind: 'clear'; reason: 'gap' | 'restart' | 'held_overflow' | 'undecodable' };
+  | { kind: 'clear'; reason: LossReason }
+  /**
+   * The rank's state is unknown, and the publisher serves it whole (`resync` on): load it, then
+   * call `resynced` with the seq it reflects (or `resyncFailed`) with `fetch`. Live batches are
+   * held meanwhile.
+   */
+  | { kind: 'resync'; reason: LossReason; fetch: number };
+
+export type LossReason = 'gap' | 'restart' | 'held_overflow' | 'undecodable';
 
 export interface FollowerCounters {
   applied: number;
@@ -35,6 +43,8 @@ export interface FollowerCounters {
   duplicates: number;
   /** Live batches dropped because too many were held during a fetch (then the rank is cleared). */
   heldDropped: number;
+  /** Times the rank's whole state was loaded from the publisher instead of cleared (`resync`). */
+  resynced: number;
 }
 
 export interface FollowerOptions {
@@ -44,6 +54,11 @@ export interface FollowerOptions {
   firstSeq: bigint;
   /** Live batches held during a fetch before the rank gives up on it. Default 10,000. */
   maxHeld?: number;
+  /**
+   * The publisher serves its whole state (a kvplane node's `/kv_recover` tree dump): state
+   * that replay cannot restore is loaded from it (`resync` steps) instead of cleared. Default false.
+   */
+  resync?: boolean;
 }
 
 export class RankFollower {
@@ -55,6 +70,7 @@ export class RankFollower {
     cleared: 0,
     duplicates: 0,
     heldDropped: 0,
+    resynced: 0,
   };
   readonly #opts: Required<FollowerOptions>;
   /** The seq expected next; `null` before the first batch. */
@@ -77,9 +93,11 @@ export class RankFollower {
   #joining = false;
   /** The live socket reconnected since its last batch: the engine may be a new incarnation. */
   #reconnected = false;
+  /** A `resync` step is in progress (live batches are held, as during a fetch). */
+  #resyncing = false;
 
   constructor(opts: FollowerOptions) {
-    this.#opts = { maxHeld: 10_000, ...opts };
+    this.#opts = { maxHeld: 10_000, resync: false, ...opts };
   }
 
   /** The last seq applied, or `null`. */
@@ -136,7 +154,9 @@ export class RankFollower {
       this.#held = [];
       this.#overflowed = false;
       this.#fetchGap = false;
+      this.#resyncing = false;
       this.#next = null;
+      if (this.#opts.resync) return this.#lose('restart', [batch]);
       return [this.#clear('restart'), ...this.#continue(batch)];
     }
     return this.#continue(batch);
@@ -158,6 +178,7 @@ export class RankFollower {
       // downstream, though nothing was applied yet), and the rank rebuilds from here.
       if (batch.seq > this.#opts.firstSeq) {
         if (this.#opts.replay) return this.#startFetch(this.#opts.firstSeq, batch);
+        if (this.#opts.resync) return this.#lose('gap', [batch]);
         this.counters.unrecoverable++;
         return [this.#clear('gap'), ...this.#apply(batch)];
       }
@@ -170,6 +191,7 @@ export class RankFollower {
       return [];
     }
     if (this.#opts.replay) return this.#startFetch(next, batch);
+    if (this.#opts.resync) return this.#lose('gap', [batch]);
     this.counters.unrecoverable++;
     this.#next = batch.seq;
     return [this.#clear('gap'), ...this.#apply(batch)];
@@ -177,7 +199,7 @@ export class RankFollower {
 
   /** A batch from the engine's replay, for fetch `fetch`. */
   replayed(fetch: number, batch: EngineBatch): FollowStep[] {
-    if (!this.#fetching || fetch !== this.#fetch) return [];
+    if (!this.#fetching || this.#resyncing || fetch !== this.#fetch) return [];
     const next = this.#next ?? this.#opts.firstSeq;
     if (batch.seq < next) {
       this.counters.duplicates++;
@@ -185,7 +207,9 @@ export class RankFollower {
     }
     const steps: FollowStep[] = [];
     if (batch.seq > next) {
-      // The engine no longer has `next..batch.seq - 1`.
+      // The engine no longer has `next..batch.seq - 1`. (Resyncing: the rest of this replay is
+      // in the state loaded, or held.)
+      if (this.#opts.resync) return this.#lose('gap', this.#held);
       this.#fetchGap = true;
       steps.push(this.#clear('gap'));
     }
@@ -195,7 +219,7 @@ export class RankFollower {
 
   /** Fetch `fetch` ended: the end marker came, or it failed (`ok` false: no answer in time). */
   replayEnded(fetch: number, ok: boolean): FollowStep[] {
-    if (!this.#fetching || fetch !== this.#fetch) return [];
+    if (!this.#fetching || this.#resyncing || fetch !== this.#fetch) return [];
     this.#fetching = false;
     const held = this.#held;
     this.#held = [];
@@ -213,6 +237,11 @@ export class RankFollower {
     }
     const expected = this.#next ?? this.#opts.firstSeq;
     const missing = first !== undefined && first.seq > expected;
+    if ((this.#overflowed || missing || !ok) && this.#opts.resync) {
+      const reason = this.#overflowed ? 'held_overflow' : 'gap';
+      this.#fetching = true;
+      return this.#lose(reason, held);
+    }
     if (this.#overflowed || missing || !ok) {
       this.counters.unrecoverable++;
       steps.push(this.#clear(this.#overflowed ? 'held_overflow' : 'gap'));
@@ -228,7 +257,46 @@ export class RankFollower {
 
   /** The relay could not apply a batch (undecodable): the rank's state is unknown from here. */
   lost(): FollowStep[] {
+    if (this.#opts.resync && !this.#resyncing) return this.#lose('undecodable', this.#held);
     return [this.#clear('undecodable')];
+  }
+
+  /** The state `fetch` asked for was loaded, as of seq `lastSeq`: what was held follows it. */
+  resynced(fetch: number, lastSeq: bigint): FollowStep[] {
+    if (!this.#resyncing || fetch !== this.#fetch) return [];
+    this.#resyncing = false;
+    this.#fetching = false;
+    this.#overflowed = false;
+    this.#fetchGap = false;
+    this.counters.resynced++;
+    this.#recordStarts = false;
+    this.#unknownBefore = 0n;
+    this.#next = lastSeq + 1n;
+    const held = this.#held;
+    this.#held = [];
+    return held.flatMap((b) => this.#continue(b));
+  }
+
+  /** Loading the state failed: the rank is cleared and rebuilds from what follows. */
+  resyncFailed(fetch: number): FollowStep[] {
+    if (!this.#resyncing || fetch !== this.#fetch) return [];
+    this.#resyncing = false;
+    this.#fetching = false;
+    this.#overflowed = false;
+    this.counters.unrecoverable++;
+    const held = this.#held;
+    this.#held = [];
+    this.#next = held[0]?.seq ?? null;
+    return [this.#clear('gap'), ...held.flatMap((b) => this.#continue(b))];
+  }
+
+  /** Holds `held` (and what arrives next) while the publisher's whole state is loaded. */
+  #lose(reason: LossReason, held: EngineBatch[]): FollowStep[] {
+    this.#fetching = true;
+    this.#resyncing = true;
+    this.#joining = false;
+    this.#held = held;
+    return [{ kind: 'resync', reason, fetch: ++this.#fetch }];
   }
 
   #apply(batch: EngineBatch): FollowStep[] {
@@ -248,7 +316,7 @@ export class RankFollower {
     return [{ kind: 'fetch', from, fetch: ++this.#fetch }];
   }
 
-  #clear(reason: 'gap' | 'restart' | 'held_overflow' | 'undecodable'): FollowStep {
+  #clear(reason: LossReason): FollowStep {
     this.counters.cleared++;
     this.#recordStarts = true;
     return { kind: 'clear', reason };

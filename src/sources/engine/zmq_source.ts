@@ -45,6 +45,12 @@ export interface EngineZmqOptions {
    * Default false.
    */
   fetchOnJoin?: boolean;
+  /**
+   * Loads the publisher's whole state for `ranks` (a kvplane node's `/kv_recover` tree dump) when
+   * replay cannot restore it, and answers the seq that state reflects; the rank goes on from the
+   * next seq. Without it such a rank is cleared and rebuilds from what follows.
+   */
+  resync?: (ranks: readonly number[]) => Promise<bigint>;
   /** How long a replay fetch may go without an answer before the rank is cleared. Default 5 s. */
   replayTimeoutMs?: number;
   /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
@@ -96,6 +102,8 @@ class RankLink {
   #loops: Promise<unknown>[] = [];
   /** Replay fetches in progress, closed on stop. */
   readonly #fetches = new Map<Dealer, Promise<void>>();
+  /** State loads in progress (`resync`). */
+  readonly #resyncs = new Set<Promise<void>>();
   /** Batches the follower said to apply, not relayed yet: what arrived together goes on as one. */
   #waiting: EngineBatch[] = [];
   #waitingBytes = 0;
@@ -119,6 +127,7 @@ class RankLink {
     this.follower = new RankFollower({
       replay: replay !== null,
       firstSeq: source.options.firstSeq ?? ENGINE_FIRST_SEQ,
+      resync: source.options.resync !== undefined,
     });
     this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: source.options.receiveHwm ?? 10_000 });
     this.#coalesceBytes = source.coalesceBytes;
@@ -141,7 +150,7 @@ class RankLink {
     }
     this.#sub.close();
     for (const d of this.#fetches.keys()) d.close();
-    await Promise.allSettled([...this.#loops, ...this.#fetches.values()]);
+    await Promise.allSettled([...this.#loops, ...this.#fetches.values(), ...this.#resyncs]);
   }
 
   async #watch(): Promise<void> {
@@ -194,6 +203,9 @@ class RankLink {
       if (step.kind === 'clear') {
         for (const r of this.ranks) this.#sink.clearRank(r);
         this.#source.warn('rank cleared', { rank: this.ranks.join(','), reason: step.reason });
+      } else if (step.kind === 'resync') {
+        const done = this.#resync(step.fetch, step.reason).finally(() => this.#resyncs.delete(done));
+        this.#resyncs.add(done);
       } else {
         const dealer = new Dealer({ linger: 0, receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000 });
         const done = this.#fetch(dealer, step.from, step.fetch).finally(() => this.#fetches.delete(dealer));
@@ -241,6 +253,25 @@ class RankLink {
       if (!(err instanceof KvPlaneError) || err.code === 'ERR_CLOSED') throw err;
       return err;
     }
+  }
+
+  /** Loads the publisher's whole state through the source's `resync`, then goes on from it. */
+  async #resync(fetch: number, reason: string): Promise<void> {
+    let last: bigint | null = null;
+    try {
+      last = await (this.#source.options.resync as NonNullable<EngineZmqOptions['resync']>)(this.ranks);
+    } catch (err) {
+      if (!this.#sub.closed) {
+        this.#source.warn('loading the state failed; rank cleared', {
+          rank: this.ranks.join(','),
+          reason,
+          error: (err as Error).message,
+        });
+      }
+    }
+    if (this.#sub.closed) return;
+    this.#run(last === null ? this.follower.resyncFailed(fetch) : this.follower.resynced(fetch, last));
+    this.#relayWaiting();
   }
 
   /** Asks the engine's replay socket for `from..`, feeding the follower until the end marker. */
