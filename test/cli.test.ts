@@ -7,7 +7,7 @@ import { type ClientReadableStream, credentials, Metadata, makeGenericClientCons
 import { describe, expect, it } from 'vitest';
 import { Subscriber } from 'zeromq';
 import { decodeBatch, encodeSubscribeRequest, subscribeDefinition } from '../src/index.js';
-import { repoPath } from './fixtures.js';
+import { repoPath, serveNode } from './fixtures.js';
 
 const CLI = repoPath('dist/cli.js');
 
@@ -169,23 +169,9 @@ describe('kvplane indexer', () => {
     const until = async (cond: () => boolean) => {
       for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 25));
     };
-    const node = spawn(process.execPath, [
-      CLI,
-      'serve',
-      '--endpoint',
-      'tcp://127.0.0.1:*',
-      '--replay-endpoint',
-      'tcp://127.0.0.1:*',
-      '--http-port',
-      'none',
-      '--sim-rate',
-      '100',
-      '--duration',
-      '30',
-    ]);
-    const nodeOut = lines(node);
-    await until(() => nodeOut.some((l) => l.msg === 'serving'));
-    const serving = nodeOut.find((l) => l.msg === 'serving') as { endpoint: string };
+    const cleanup: Array<() => unknown> = [];
+    const node = await serveNode(['--sim-rate', '100'], cleanup);
+    const serving = node.serving as { endpoint: string };
     const stateFile = join(tmpdir(), `kvplane-indexer-${process.pid}.json`);
     const ix = spawn(process.execPath, [
       CLI,
@@ -204,6 +190,7 @@ describe('kvplane indexer', () => {
       stateFile,
     ]);
     const ixOut = lines(ix);
+    const ixExit = new Promise((r) => ix.once('exit', r));
     try {
       await until(() => ixOut.some((l) => l.msg === 'indexing'));
       const started = ixOut.find((l) => l.msg === 'indexing') as Record<string, unknown>;
@@ -230,10 +217,9 @@ describe('kvplane indexer', () => {
       ]);
     } finally {
       ix.kill('SIGTERM');
-      node.kill('SIGTERM');
+      for (const f of cleanup) await f();
     }
-    const code = await new Promise((r) => ix.once('exit', r));
-    expect(code).toBe(0);
+    expect(await ixExit).toBe(0);
     expect(ixOut.some((l) => l.msg === 'stopping')).toBe(true);
   }, 30_000);
 
