@@ -162,7 +162,7 @@ try {
   }
   // Resident memory once ingest has settled (kvplane hands the allocator's freed memory back
   // within seconds of a pause).
-  await sleep(2500);
+  await sleep(7000);
   for (const s of sides) s.rssBytes = rss(s.proc.pid) - s.rss0;
 
   // Queries: the same 8k-token requests to both, sequential, after a warm-up.
