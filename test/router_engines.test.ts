@@ -57,6 +57,11 @@ describe.each(['vllm', 'sglang'] as Engine[])('kvplane indexer following %s’s 
 
     // The engine restarts on the same ports: its seqs start at 0 again and its cache is empty.
     await peer.exit();
+    await until(
+      () => [0, 1].every((r) => index.subscription(5n, r)?.stats().state !== 'live'),
+      'both ranks disconnected',
+      10_000,
+    );
     const again = await enginePeer(
       cleanup,
       engine,
@@ -67,7 +72,14 @@ describe.each(['vllm', 'sglang'] as Engine[])('kvplane indexer following %s’s 
       '--replay-port',
       port(peer.replay as string),
     );
-    await sleep(500);
+    // A real engine binds its sockets long before it serves (model loading): the indexer has
+    // reconnected by the time the first new batch comes.
+    await until(
+      () => [0, 1].every((r) => index.subscription(5n, r)?.stats().state === 'live'),
+      'both ranks reconnected',
+      10_000,
+    );
+    await sleep(200);
     await again.run({ op: 'store', rank: 0, hashes: [1, 9], parent: null, per_batch: 1 });
     await again.run({ op: 'store', rank: 1, hashes: [1], parent: null });
     await again.run({ op: 'sync' });

@@ -123,7 +123,12 @@ export class IndexerServer {
           this.#workers(url.searchParams.get('model_name'), url.searchParams.get('routing_group')),
         );
       case '/dump':
-        return this.#send(res, 200, this.#dump());
+        try {
+          return await this.#dump(res);
+        } catch {
+          // Headers are out: the client sees the connection end mid-answer.
+          return void res.destroy();
+        }
       case '/health':
         return this.#send(res, 200, this.#health());
       default: {
@@ -245,23 +250,50 @@ export class IndexerServer {
     return out;
   }
 
-  #dump(): Record<string, unknown> {
-    const out: Record<string, unknown> = {};
-    for (const [key, ix] of this.registry.indexes()) {
-      out[key] = {
-        block_size: ix.blockSize,
-        events: ix.dump().map((s) => ({
-          worker_id: s.workerId,
-          storage_tier: s.tier === 'host' ? 'host_pinned' : s.tier,
+  /**
+   * Every index's blocks as Dynamo's `/dump` writes them, streamed: a large index is written a
+   * few thousand blocks at a time, each piece once the socket has taken the last, so queries are
+   * answered in between.
+   */
+  async #dump(res: ServerResponse): Promise<void> {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    if (res.req.method === 'HEAD') return void res.end();
+    const write = async (text: string) => {
+      if (!res.write(text)) await new Promise((r) => res.once('drain', r));
+      else await new Promise((r) => setImmediate(r));
+    };
+    let firstIndex = true;
+    await write('{');
+    for (const [key, ix] of [...this.registry.indexes()]) {
+      if (ix.closed) continue;
+      await write(`${firstIndex ? '' : ','}${JSON.stringify(key)}:{"block_size":${ix.blockSize},"events":[`);
+      firstIndex = false;
+      let piece = '';
+      let blocks = 0;
+      let first = true;
+      for (const seg of ix.dump()) {
+        const event = {
+          worker_id: seg.workerId,
+          storage_tier: seg.tier === 'host' ? 'host_pinned' : seg.tier,
           event: {
             event_id: 0,
-            data: { stored: { parent_hash: s.parent, blocks: [...s.blockHashes].map((h) => ({ block_hash: h })) } },
-            dp_rank: s.dpRank,
+            data: { stored: { parent_hash: seg.parent, blocks: [...seg.blockHashes].map((h) => ({ block_hash: h })) } },
+            dp_rank: seg.dpRank,
           },
-        })),
-      };
+        };
+        piece += (first ? '' : ',') + jsonExact(event);
+        first = false;
+        blocks += seg.blockHashes.length;
+        if (blocks >= 4096) {
+          await write(piece);
+          piece = '';
+          blocks = 0;
+          if (res.destroyed) return;
+        }
+      }
+      await write(`${piece}]}`);
     }
-    return out;
+    res.end('}');
   }
 
   #health(): Record<string, unknown> {

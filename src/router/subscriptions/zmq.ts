@@ -66,6 +66,8 @@ export class ZmqSubscription implements Subscription {
       // Batches already waiting on the socket are applied in one call.
       coalesceBytes: 1 << 20,
       fetchOnJoin: true,
+      // A node that is down is retried from 100 ms, doubling up to 5 s.
+      reconnectMaxMs: 5000,
       onWarning: o.onWarning,
       resync: o.recoverUrl ? () => this.#treeDump(target, o.recoverUrl as string) : undefined,
     });

@@ -51,6 +51,11 @@ export interface EngineZmqOptions {
    * next seq. Without it such a rank is cleared and rebuilds from what follows.
    */
   resync?: (ranks: readonly number[]) => Promise<bigint>;
+  /**
+   * Reconnect attempts back off exponentially from 100 ms up to this many ms (ZMQ's
+   * `reconnect_ivl_max`). Default: none, every 100 ms (an engine restarting is seen at once).
+   */
+  reconnectMaxMs?: number;
   /** How long a replay fetch may go without an answer before the rank is cleared. Default 5 s. */
   replayTimeoutMs?: number;
   /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
@@ -129,7 +134,11 @@ class RankLink {
       firstSeq: source.options.firstSeq ?? ENGINE_FIRST_SEQ,
       resync: source.options.resync !== undefined,
     });
-    this.#sub = new Subscriber({ linger: 0, receiveHighWaterMark: source.options.receiveHwm ?? 10_000 });
+    this.#sub = new Subscriber({
+      linger: 0,
+      receiveHighWaterMark: source.options.receiveHwm ?? 10_000,
+      ...(source.options.reconnectMaxMs ? { reconnectMaxInterval: source.options.reconnectMaxMs } : {}),
+    });
     this.#coalesceBytes = source.coalesceBytes;
   }
 
