@@ -164,6 +164,7 @@ try {
   // within seconds of a pause).
   await sleep(7000);
   for (const s of sides) s.rssBytes = rss(s.proc.pid) - s.rss0;
+  if (process.env.KVPLANE_BENCH_DIFF) console.error(await (await fetch(`${sides[1].url}/health`)).text());
 
   // Queries: the same 8k-token requests to both, sequential, after a warm-up.
   const qs = queries(QUERIES, SEED).map((q) => JSON.stringify({ token_ids: Array.from(q), model_name: 'm' }));

@@ -306,11 +306,21 @@ export class IndexerServer {
     });
     const recovering = subs.filter((s) => s.state === 'recovering').map(brief);
     const stale = subs.filter((s) => s.state === 'connecting' || s.state === 'backoff').map(brief);
+    const m = process.memoryUsage();
+    const mib = (n: number) => Math.round(n / 1048576);
     return {
       status: recovering.length + stale.length === 0 ? 'ok' : 'degraded',
       workers: subs.length,
       recovering,
       stale,
+      // The process's memory in MiB: resident, V8's heap in use, and outside it (Buffers).
+      memory_mib: { rss: mib(m.rss), heap: mib(m.heapUsed), external: mib(m.external) },
+      index_mib: mib(
+        [...this.registry.indexes().values()].reduce(
+          (a, ix) => a + ix.stats().tiers.reduce((b, t) => b + t.bytes, 0),
+          0,
+        ),
+      ),
     };
   }
 
