@@ -36,10 +36,11 @@ export interface ZmqSubscriptionOptions {
 
 /**
  * A worker followed over an engine's ZMQ publisher (vLLM, SGLang, TensorRT-LLM, or a kvplane
- * node's vLLM-format stream), with the engine relay's follower: a seq gap is fetched from the
- * replay socket before later batches are applied; a range the publisher no longer has, a
- * publisher without replay, or a restart (its seq falls back) clears the worker, which rebuilds
- * from what follows.
+ * node's vLLM-format stream), with the engine relay's follower: what was published before joining
+ * and every seq gap are fetched from the replay socket before later batches are applied. A range
+ * the publisher no longer has, a publisher without replay, or a restart (its seq falls back)
+ * clears the worker, which rebuilds from what follows; with `recoverUrl` (a kvplane node) the
+ * worker is loaded from the node's tree dump instead.
  */
 export class ZmqSubscription implements Subscription {
   readonly workerId: bigint;
