@@ -79,6 +79,20 @@ function memoryMib(): { rss: number; heap: number; external: number } {
   return { rss: mib(m.rss), heap: mib(m.heapUsed), external: mib(m.external) };
 }
 
+/** Resolves on SIGINT, SIGTERM or after `durationSeconds` (0: never), logging which. */
+function stopped(durationSeconds: number, before?: () => void): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = (signal: string) => () => {
+      before?.();
+      log({ level: 'info', msg: 'stopping', signal });
+      resolve();
+    };
+    process.once('SIGINT', done('SIGINT'));
+    process.once('SIGTERM', done('SIGTERM'));
+    if (durationSeconds > 0) setTimeout(done('duration'), durationSeconds * 1000).unref();
+  });
+}
+
 async function serve(argv: string[]): Promise<void> {
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(serveHelp());
@@ -103,16 +117,7 @@ async function serve(argv: string[]): Promise<void> {
     ...(s.publisher.curvePublicKey ? { curve_public_key: s.publisher.curvePublicKey } : {}),
   });
   const stopStatus = reportStatus(s, config.statusSeconds);
-  await new Promise<void>((resolve) => {
-    const done = (signal: string) => () => {
-      stopStatus();
-      log({ level: 'info', msg: 'stopping', signal });
-      resolve();
-    };
-    process.once('SIGINT', done('SIGINT'));
-    process.once('SIGTERM', done('SIGTERM'));
-    if (config.durationSeconds > 0) setTimeout(done('duration'), config.durationSeconds * 1000).unref();
-  });
+  await stopped(config.durationSeconds, stopStatus);
   const p = s.publisher.stats();
   await s.stop();
   log({
@@ -139,15 +144,7 @@ async function indexer(argv: string[]): Promise<void> {
     workers: server.registry.registrations().length,
     state_file: config.stateFile ?? null,
   });
-  await new Promise<void>((resolve) => {
-    const done = (signal: string) => () => {
-      log({ level: 'info', msg: 'stopping', signal });
-      resolve();
-    };
-    process.once('SIGINT', done('SIGINT'));
-    process.once('SIGTERM', done('SIGTERM'));
-    if (config.durationSeconds > 0) setTimeout(done('duration'), config.durationSeconds * 1000).unref();
-  });
+  await stopped(config.durationSeconds);
   await server.close();
 }
 
