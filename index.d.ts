@@ -129,7 +129,8 @@ export declare class NativeRouterIndex {
   applyRecovery(workerId: bigint, bytes: Uint8Array): RouterRecoveryOut
   /** Drops every block of worker `worker_id` (only DP rank `rank` when given), in every tier. */
   clearWorker(workerId: bigint, rank?: number | undefined | null): void
-  query(tokens: Uint32Array, loraName?: string | undefined | null, cacheSalt?: string | undefined | null): RouterMatchesOut
+  /** Token ids as a `Uint32Array`, or numbers (checked here: integers in 0..=2^32-1). */
+  query(tokens: Uint32Array | Array<number>, loraName?: string | undefined | null, cacheSalt?: string | undefined | null): RouterMatchesOut
   /** A query given as the blocks' unchained content hashes (namespace included). */
   queryByHash(hashes: BigUint64Array): RouterMatchesOut
   dump(workerId?: bigint | undefined | null): Array<RouterDumpSegmentOut>
@@ -534,6 +535,12 @@ export interface SubscribeRequestOut {
 
 /** Two's-complement signed view of a u64 hash. */
 export declare function toInt64(value: bigint): bigint
+
+/**
+ * Token ids as a `Uint32Array`: numbers checked by the core (integers in 0..=2^32-1), a
+ * `Uint32Array` passed through.
+ */
+export declare function tokenIds(tokens: Uint32Array | Array<number>): Uint32Array
 
 /** Unsigned view of a signed 64-bit hash. */
 export declare function toUint64(value: bigint): bigint

@@ -855,6 +855,7 @@ module.exports.hashBlocksWithDigests = nativeBinding.hashBlocksWithDigests
 module.exports.matchesLayout = nativeBinding.matchesLayout
 module.exports.panicProbe = nativeBinding.panicProbe
 module.exports.toInt64 = nativeBinding.toInt64
+module.exports.tokenIds = nativeBinding.tokenIds
 module.exports.toUint64 = nativeBinding.toUint64
 module.exports.trimAllocator = nativeBinding.trimAllocator
 module.exports.trtllmCacheSaltId = nativeBinding.trtllmCacheSaltId

@@ -92,8 +92,9 @@ export class RouterIndex {
   /** Per worker holding the request's first block: how many leading blocks it holds, by tier. */
   findMatches(tokens: Uint32Array | readonly number[], req: FindMatchesRequest = {}): RouterMatches {
     const n = this.#open();
-    const t = tokens instanceof Uint32Array ? tokens : tokenArray(tokens);
-    return callNative(() => n.query(t, req.loraName ?? null, req.cacheSalt ?? null));
+    if (!(tokens instanceof Uint32Array) && !Array.isArray(tokens))
+      invalidArg('tokens: a Uint32Array or an array of token ids');
+    return callNative(() => n.query(tokens as Uint32Array | number[], req.loraName ?? null, req.cacheSalt ?? null));
   }
 
   /**
@@ -199,11 +200,4 @@ export class RouterIndex {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
-}
-
-function tokenArray(tokens: readonly number[]): Uint32Array {
-  for (const t of tokens) {
-    if (!Number.isInteger(t) || t < 0 || t > 0xffffffff) invalidArg(`token id ${t} is not a u32`);
-  }
-  return Uint32Array.from(tokens);
 }

@@ -75,7 +75,8 @@ pub(crate) fn core_options(o: &HashBlocksOptions) -> KvResult<HashOptions> {
   Ok(opts)
 }
 
-fn tokens_of(tokens: &Either<Uint32Array, Vec<f64>>) -> KvResult<std::borrow::Cow<'_, [u32]>> {
+/// Token ids as given: a `Uint32Array` borrowed, or numbers checked by the core.
+pub(crate) fn tokens_of(tokens: &Either<Uint32Array, Vec<f64>>) -> KvResult<std::borrow::Cow<'_, [u32]>> {
   Ok(match tokens {
     Either::A(t) => std::borrow::Cow::Borrowed(t.as_ref()),
     Either::B(v) => std::borrow::Cow::Owned(hash::tokens_from_f64(v)?),
@@ -185,4 +186,16 @@ pub fn trtllm_cache_salt_id(salt: String, hash: Option<String>) -> Result<BigInt
     .transpose()
     .map_err(to_js)?;
   Ok(BigInt::from(how.unwrap_or_default().salt_id(&salt)))
+}
+
+/// Token ids as a `Uint32Array`: numbers checked by the core (integers in 0..=2^32-1), a
+/// `Uint32Array` passed through.
+#[napi]
+pub fn token_ids(tokens: Either<Uint32Array, Vec<f64>>) -> Result<Uint32Array, Code> {
+  guard_js(|| {
+    Ok(match tokens {
+      Either::A(t) => t,
+      Either::B(v) => Uint32Array::new(hash::tokens_from_f64(&v)?),
+    })
+  })
 }

@@ -3,6 +3,7 @@
 
 use crate::convert::bigint_u64;
 use crate::error::{guard_js, Code};
+use crate::hash::tokens_of;
 use crate::outputs::DropCount;
 use kvplane_core::codec::Dialect;
 use kvplane_core::router::{Numbered, QueryAnswer, RouterIndex};
@@ -202,14 +203,16 @@ impl NativeRouterIndex {
     })
   }
 
+  /// Token ids as a `Uint32Array`, or numbers (checked here: integers in 0..=2^32-1).
   #[napi]
   pub fn query(
     &self,
-    tokens: Uint32Array,
+    tokens: Either<Uint32Array, Vec<f64>>,
     lora_name: Option<String>,
     cache_salt: Option<String>,
   ) -> Result<RouterMatchesOut, Code> {
     guard_js(|| {
+      let tokens = tokens_of(&tokens)?;
       Ok(matches_out(self.inner.query(
         &tokens,
         lora_name.as_deref(),

@@ -1,3 +1,6 @@
+import { callNative, KvPlaneError } from '../../errors.js';
+import native from '../../native.js';
+
 /**
  * JSON with u64s: request bodies are parsed with every integer too large for a double kept exact,
  * and answers are written with bigints as exact integers (instance ids and block hashes are u64).
@@ -10,6 +13,16 @@ export class HttpError extends Error {
     message: string,
   ) {
     super(message);
+  }
+}
+
+/** Runs `f`; a bad argument it rejects (`ERR_INVALID_ARG`) is answered `status`. */
+export function badInputAs<T>(status: number, f: () => T): T {
+  try {
+    return f();
+  } catch (err) {
+    if (err instanceof KvPlaneError && err.code === 'ERR_INVALID_ARG') throw new HttpError(status, err.message);
+    throw err;
   }
 }
 
@@ -116,20 +129,12 @@ export class Fields {
     return v;
   }
 
-  /** An array of u32 token ids, as one typed array. */
+  /** An array of token ids, as one typed array (each checked by the core: a u32). */
   tokens(name: string): Uint32Array {
     if (!this.has(name)) this.#missing(name);
     const v = this.body[name];
     if (!Array.isArray(v)) this.#bad(name, 'a sequence of u32');
-    const out = new Uint32Array(v.length);
-    for (let i = 0; i < v.length; i++) {
-      const t = v[i];
-      if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0xffffffff) {
-        throw new HttpError(422, `${name}[${i}]: invalid value ${JSON.stringify(t)}, expected u32`);
-      }
-      out[i] = t;
-    }
-    return out;
+    return badInputAs(422, () => callNative(() => native.tokenIds(v as number[])));
   }
 
   /** An array of i64s (Dynamo's hash wire form), as their u64 bit patterns. */
