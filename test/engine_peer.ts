@@ -59,3 +59,28 @@ export async function enginePeer(
   });
   return peer;
 }
+
+/**
+ * Stops `peer` and starts the engine again with `args` on the same ports (numbering from 0, its
+ * cache empty), after `stopped` resolves.
+ */
+export async function restartEnginePeer(
+  cleanup: Array<() => unknown>,
+  engine: Engine,
+  peer: EnginePeer,
+  args: string[],
+  stopped?: () => Promise<void>,
+): Promise<EnginePeer> {
+  await peer.exit();
+  await stopped?.();
+  const port = (e: string) => new URL(e.replace('tcp://', 'http://')).port;
+  return enginePeer(
+    cleanup,
+    engine,
+    ...args,
+    '--port',
+    port(peer.endpoint),
+    '--replay-port',
+    port(peer.replay as string),
+  );
+}

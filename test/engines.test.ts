@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { type Engine, type EnginePeer, enginePeer } from './engine_peer.js';
+import { type Engine, type EnginePeer, enginePeer, restartEnginePeer } from './engine_peer.js';
 import { relayed, runGrpcPeer, type ServeNode, serveNode, sleep } from './fixtures.js';
 
 // The engines' own publishers (scripts/engine_peer.py: vLLM's and SGLang's ZmqEventPublisher and
@@ -93,18 +93,7 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
     ]);
 
     // The engine restarts on the same ports, numbering from 0 again, without the old blocks.
-    await peer.exit();
-    const port = (e: string) => new URL(e.replace('tcp://', 'http://')).port;
-    const again = await enginePeer(
-      cleanup,
-      engine,
-      '--dp-size',
-      '2',
-      '--port',
-      port(peer.endpoint),
-      '--replay-port',
-      port(peer.replay as string),
-    );
+    const again = await restartEnginePeer(cleanup, engine, peer, ['--dp-size', '2']);
     await sleep(500); // the relay's SUBs reconnecting
     await again.run({ op: 'store', rank: 0, hashes: [500, 501], parent: null, per_batch: 1 });
     await again.run({ op: 'store', rank: 1, hashes: [600], parent: null });

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { connect, createServer, type Server, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { ExtraKey, HashAlgo, HashBlocksOptions, KvEvent } from '../src/index.js';
@@ -171,5 +172,83 @@ export async function relayed(http: string): Promise<RecoveredBatch[]> {
     out.push(...res.Events.batches);
     if (res.Events.next_start === undefined) return out;
     start = res.Events.next_start;
+  }
+}
+
+/** A TCP port free on loopback now. */
+export async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const { port } = srv.address() as { port: number };
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+/**
+ * A TCP forwarder on a fixed loopback port, for network faults: `cut()` drops every connection
+ * and accepts none until `restore()`; `drop()` drops the connections open now; `stall()` stops
+ * reading from the target (its writes back up as a slow peer's would) until `resume()`.
+ */
+export class TcpLink {
+  readonly port: number;
+  readonly #target: () => number;
+  #server: Server | null = null;
+  readonly #pairs = new Set<[Socket, Socket]>();
+  #stalled = false;
+
+  private constructor(port: number, target: () => number) {
+    this.port = port;
+    this.#target = target;
+  }
+
+  /** A link to the port `target` names when a connection arrives (it may change on restarts). */
+  static async open(target: number | (() => number)): Promise<TcpLink> {
+    const link = new TcpLink(await freePort(), typeof target === 'number' ? () => target : target);
+    await link.restore();
+    return link;
+  }
+
+  async restore(): Promise<void> {
+    const server = createServer((client) => {
+      const upstream = connect(this.#target(), '127.0.0.1');
+      const pair: [Socket, Socket] = [client, upstream];
+      this.#pairs.add(pair);
+      if (this.#stalled) upstream.pause();
+      client.pipe(upstream);
+      upstream.pipe(client);
+      const end = () => {
+        this.#pairs.delete(pair);
+        client.destroy();
+        upstream.destroy();
+      };
+      for (const s of pair) s.on('error', end).on('close', end);
+    });
+    await new Promise<void>((r) => server.listen(this.port, '127.0.0.1', r));
+    this.#server = server;
+  }
+
+  drop(): void {
+    for (const [c, u] of this.#pairs) {
+      c.destroy();
+      u.destroy();
+    }
+    this.#pairs.clear();
+  }
+
+  async cut(): Promise<void> {
+    const server = this.#server;
+    this.#server = null;
+    this.drop();
+    if (server) await new Promise((r) => server.close(r));
+  }
+
+  stall(): void {
+    this.#stalled = true;
+    for (const [, u] of this.#pairs) u.pause();
+  }
+
+  resume(): void {
+    this.#stalled = false;
+    for (const [, u] of this.#pairs) u.resume();
   }
 }

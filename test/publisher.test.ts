@@ -1,5 +1,4 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
-import { type AddressInfo, createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 import { decode as msgpackDecode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -19,7 +18,7 @@ import {
   shouldBind,
   zmqAddress,
 } from '../src/index.js';
-import { FROM_SEQ_1, repoPath } from './fixtures.js';
+import { FROM_SEQ_1, freePort, repoPath } from './fixtures.js';
 import { normBatch, sorted } from './normalize.js';
 
 const LOOPBACK = 'tcp://127.0.0.1:*';
@@ -589,13 +588,6 @@ describe('configuration', () => {
       null,
     ]);
     // A real bind on loopback: a subscriber that connects there receives the stream.
-    const freePort = () =>
-      new Promise<number>((resolve) => {
-        const srv = createServer().listen(0, '127.0.0.1', () => {
-          const port = (srv.address() as AddressInfo).port;
-          srv.close(() => resolve(port));
-        });
-      });
     const [livePort, replayPort] = [await freePort(), await freePort()];
     const p = await publisher({
       endpoint: `bind:tcp://127.0.0.1:${livePort}`,

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { IndexerServer } from '../dist/index.mjs';
-import { type Engine, enginePeer } from './engine_peer.js';
+import { type Engine, enginePeer, restartEnginePeer } from './engine_peer.js';
 import { sleep, until } from './fixtures.js';
 import { post } from './router_fixtures.js';
 
@@ -17,7 +17,6 @@ const BS = 16;
 /** engine_peer.py's blocks: 16 tokens, all equal to the block's hash. */
 const tokensOf = (hashes: number[]) => hashes.flatMap((h) => Array(BS).fill(h));
 const rankPort = (endpoint: string, rank: number) => endpoint.replace(/:(\d+)$/, (_m, p) => `:${Number(p) + rank}`);
-const port = (e: string) => new URL(e.replace('tcp://', 'http://')).port;
 
 describe.each(['vllm', 'sglang'] as Engine[])('kvplane indexer following %s’s own publisher', (engine) => {
   it('joins late through the replay socket, scores each DP rank, and rebuilds a rank after an engine restart', async () => {
@@ -56,21 +55,12 @@ describe.each(['vllm', 'sglang'] as Engine[])('kvplane indexer following %s’s 
     expect(index.subscription(5n, 0)?.stats().recoveries).toMatchObject({ cleared: 0 });
 
     // The engine restarts on the same ports: its seqs start at 0 again and its cache is empty.
-    await peer.exit();
-    await until(
-      () => [0, 1].every((r) => index.subscription(5n, r)?.stats().state !== 'live'),
-      'both ranks disconnected',
-      10_000,
-    );
-    const again = await enginePeer(
-      cleanup,
-      engine,
-      '--dp-size',
-      '2',
-      '--port',
-      port(peer.endpoint),
-      '--replay-port',
-      port(peer.replay as string),
+    const again = await restartEnginePeer(cleanup, engine, peer, ['--dp-size', '2'], () =>
+      until(
+        () => [0, 1].every((r) => index.subscription(5n, r)?.stats().state !== 'live'),
+        'both ranks disconnected',
+        10_000,
+      ),
     );
     // A real engine binds its sockets long before it serves (model loading): the indexer has
     // reconnected by the time the first new batch comes.

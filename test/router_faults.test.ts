@@ -10,8 +10,8 @@ import {
   KvHttpServer,
   SimEngine,
 } from '../dist/index.mjs';
-import { sleep } from './fixtures.js';
-import { FaultProxy, post, rng } from './router_fixtures.js';
+import { sleep, TcpLink } from './fixtures.js';
+import { post, rng } from './router_fixtures.js';
 
 /**
  * Fault injection (docs/architecture.md#router-side): kvplane nodes followed by `kvplane indexer`
@@ -36,7 +36,7 @@ class Node {
   grpcPort = 0;
   httpPort = 0;
   /** What the indexer connects through. */
-  proxy!: FaultProxy;
+  proxy!: TcpLink;
 
   /** The ZMQ ports, kept across restarts (a node followed over ZMQ). */
   zmqPorts: [number, number] | null = null;
@@ -49,7 +49,7 @@ class Node {
   ) {}
 
   async start(): Promise<void> {
-    this.proxy ??= await FaultProxy.create(() => this.grpcPort);
+    this.proxy ??= await TcpLink.open(() => this.grpcPort);
     const [live, replay] = this.zmqPorts ?? ['*', '*'];
     const create = () =>
       KvEventPublisher.create({
@@ -151,7 +151,7 @@ class Node {
   }
 
   async close(final = true): Promise<void> {
-    if (final) await this.proxy.close();
+    if (final) await this.proxy.cut();
     await this.http.close();
     await this.stopGrpc();
     await this.publisher.close();
@@ -268,7 +268,7 @@ describe('router fault injection', () => {
             break;
           }
           case 'drop':
-            node.proxy.cut();
+            node.proxy.drop();
             await node.steps(3 + Math.floor(r() * 8));
             break;
           case 'expired':

@@ -1,15 +1,6 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { createServer } from 'node:net';
 import { KvEventPublisher, SimEngine } from '../dist/index.mjs';
-import { sleep } from './fixtures.js';
-
-export async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', () => r()));
-  const port = (s.address() as { port: number }).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
+import { freePort, sleep } from './fixtures.js';
 
 /** POSTs JSON; the status and the parsed answer. */
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
@@ -183,68 +174,4 @@ export function canonical(answer: any): string {
         )
       : v;
   return JSON.stringify(sort({ scores: answer.scores, instances: answer.instances }));
-}
-
-/**
- * A TCP proxy in front of a server, for network faults: `stall()` stops reading from the server
- * (its writes back up as a slow peer's would), `cut()` drops every connection.
- */
-export class FaultProxy {
-  readonly #server: import('node:net').Server;
-  readonly #pairs = new Set<[import('node:net').Socket, import('node:net').Socket]>();
-  #stalled = false;
-
-  private constructor(server: import('node:net').Server) {
-    this.#server = server;
-  }
-
-  static async create(target: () => number): Promise<FaultProxy> {
-    const net = await import('node:net');
-    const server = net.createServer();
-    const proxy = new FaultProxy(server);
-    server.on('connection', (client) => {
-      const upstream = net.connect(target(), '127.0.0.1');
-      const pair: [import('node:net').Socket, import('node:net').Socket] = [client, upstream];
-      proxy.#pairs.add(pair);
-      if (proxy.#stalled) upstream.pause();
-      client.pipe(upstream);
-      upstream.pipe(client);
-      const end = () => {
-        proxy.#pairs.delete(pair);
-        client.destroy();
-        upstream.destroy();
-      };
-      client.on('error', end).on('close', end);
-      upstream.on('error', end).on('close', end);
-    });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
-    return proxy;
-  }
-
-  get port(): number {
-    return (this.#server.address() as { port: number }).port;
-  }
-
-  stall(): void {
-    this.#stalled = true;
-    for (const [, up] of this.#pairs) up.pause();
-  }
-
-  resume(): void {
-    this.#stalled = false;
-    for (const [, up] of this.#pairs) up.resume();
-  }
-
-  cut(): void {
-    for (const [c, u] of this.#pairs) {
-      c.destroy();
-      u.destroy();
-    }
-    this.#pairs.clear();
-  }
-
-  async close(): Promise<void> {
-    this.cut();
-    await new Promise((r) => this.#server.close(r));
-  }
 }

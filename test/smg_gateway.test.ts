@@ -1,11 +1,10 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
-import { connect, createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { repoPath, runGrpcPeer, type ServeNode, serveNode, sleep } from './fixtures.js';
+import { freePort, repoPath, runGrpcPeer, type ServeNode, serveNode, sleep, TcpLink } from './fixtures.js';
 
 // The real SMG gateway (PyPI smg 1.13.0) routing with --policy cache_aware on two workers, each
 // a kvplane relay (`kvplane serve --engine vllm --grpc-upstream`) in front of an engine stand-in
@@ -16,58 +15,6 @@ const cleanup: Array<() => unknown> = [];
 afterAll(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
 });
-
-async function freePort(): Promise<number> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
-  const { port } = srv.address() as { port: number };
-  await new Promise((r) => srv.close(r));
-  return port;
-}
-
-/** A TCP forwarder on a fixed port that can be cut (every connection dropped, none accepted) and restored. */
-class TcpLink {
-  readonly port: number;
-  readonly #target: number;
-  #server: Server | null = null;
-  readonly #sockets = new Set<Socket>();
-
-  private constructor(port: number, target: number) {
-    this.port = port;
-    this.#target = target;
-  }
-
-  static async open(target: number): Promise<TcpLink> {
-    const link = new TcpLink(await freePort(), target);
-    await link.restore();
-    cleanup.push(() => link.cut());
-    return link;
-  }
-
-  async restore(): Promise<void> {
-    const server = createServer((c) => {
-      const u = connect(this.#target, '127.0.0.1');
-      for (const s of [c, u]) {
-        this.#sockets.add(s);
-        s.on('close', () => this.#sockets.delete(s));
-        s.on('error', () => {});
-      }
-      c.pipe(u).on('close', () => c.destroy());
-      u.pipe(c).on('close', () => u.destroy());
-      c.on('close', () => u.destroy());
-      u.on('close', () => c.destroy());
-    });
-    await new Promise<void>((r) => server.listen(this.port, '127.0.0.1', r));
-    this.#server = server;
-  }
-
-  async cut(): Promise<void> {
-    const server = this.#server;
-    this.#server = null;
-    for (const s of this.#sockets) s.destroy();
-    if (server) await new Promise((r) => server.close(r));
-  }
-}
 
 /** A child process whose output lines are kept; stopped at the end. */
 function run(cmd: string, args: string[]): { proc: ChildProcess; out: string[] } {
@@ -167,6 +114,7 @@ describe('the SMG gateway routes on kvplane', () => {
       );
       const url = `127.0.0.1:${node.serving.grpc_port}`;
       const link = i === 0 ? await TcpLink.open(Number(node.serving.grpc_port)) : undefined;
+      if (link) cleanup.push(() => link.cut());
       const smgUrl = link ? `127.0.0.1:${link.port}` : url;
       workers.push({
         engine: { out: engine.out, grpc: ready.grpc },

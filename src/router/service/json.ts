@@ -1,6 +1,8 @@
 import { callNative, KvPlaneError } from '../../errors.js';
 import native from '../../native.js';
 
+export { jsonExact } from '../../json.js';
+
 /**
  * JSON with u64s: request bodies are parsed with every integer too large for a double kept exact,
  * and answers are written with bigints as exact integers (instance ids and block hashes are u64).
@@ -152,12 +154,4 @@ export class Fields {
     }
     return out;
   }
-}
-
-/** JSON text with bigints written as exact integers. */
-export function jsonExact(value: unknown): string {
-  return JSON.stringify(value, (_k, v) => (typeof v === 'bigint' ? `${BIG}${v}` : v)).replace(
-    /"\\u0000int:(-?\d+)"/g,
-    '$1',
-  );
 }

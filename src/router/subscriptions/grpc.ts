@@ -96,15 +96,6 @@ export class GrpcSubscription implements Subscription {
     this.#client.close();
   }
 
-  /** Drops the stream, as a network failure would (tests and fault injection). */
-  interrupt(): void {
-    const call = this.#call;
-    if (call === null) return;
-    this.#call = null;
-    call.cancel();
-    this.#retry('interrupted', 0);
-  }
-
   #open(): void {
     if (this.#closed) return;
     const s = this.#stats;

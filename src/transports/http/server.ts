@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { RecoverChunks } from '../../indexer.js';
+import { jsonExact } from '../../json.js';
 import type { KvEventPublisher } from '../../publisher.js';
 import type { SourceHealth } from '../../sources/source.js';
 import { bearerMatches } from '../auth.js';
@@ -41,14 +42,6 @@ export interface KvHttpServerOptions {
    * until then. Default 30,000 ms.
    */
   recoverSendTimeoutMs?: number;
-}
-
-/** JSON with bigints written as exact integers. */
-function jsonWithU64(value: unknown): string {
-  return JSON.stringify(value, (_k, v) => (typeof v === 'bigint' ? `\u0000u64:${v}` : v)).replace(
-    /"\\u0000u64:(\d+)"/g,
-    '$1',
-  );
 }
 
 /**
@@ -221,7 +214,7 @@ export class KvHttpServer {
   #health(): string {
     const s = this.#publisher.stats();
     const ix = this.#publisher.closed ? undefined : this.#publisher.indexer.stats();
-    return jsonWithU64({
+    return jsonExact({
       status: s.failClosed.length > 0 ? 'fail_closed' : 'ok',
       epoch: this.#publisher.epoch,
       last_seq: s.lastSeq,

@@ -125,6 +125,23 @@ pub fn decode(bytes: &[u8], dialect: Dialect) -> KvResult<Decoded> {
   }
 }
 
+/// Decodes payloads that arrived together, all or none: the first that does not decode is the
+/// error, naming its position when there are several.
+pub fn decode_all(payloads: &[&[u8]], dialect: Dialect) -> KvResult<Vec<Decoded>> {
+  payloads
+    .iter()
+    .enumerate()
+    .map(|(i, bytes)| {
+      decode(bytes, dialect).map_err(|mut e| {
+        if payloads.len() > 1 {
+          e.message = format!("payload {i}: {}", e.message);
+        }
+        e
+      })
+    })
+    .collect()
+}
+
 /// The layout check (docs/protocol.md#fail-closed-layouts) over decoded batches: the first stored
 /// event whose tokens do not split into `block_size` x hashes is `ERR_UNSUPPORTED_LAYOUT`, naming
 /// the batch's rank and the event.

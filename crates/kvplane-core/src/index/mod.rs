@@ -187,24 +187,6 @@ pub struct Index {
   scratch_nodes: Vec<u32>,
 }
 
-/// How a stored event's content keys are made, beyond its tokens: the seed of each block's content
-/// hash (a LoRA or cache-salt namespace), and the key to chain the first block from when its
-/// parent is held elsewhere (another tier of a router's index).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Chain {
-  pub seed: u64,
-  pub from: Option<u64>,
-}
-
-impl Default for Chain {
-  fn default() -> Self {
-    Chain {
-      seed: XXH3_SEED,
-      from: None,
-    }
-  }
-}
-
 impl Index {
   pub fn new(cfg: IndexConfig) -> Index {
     Index {
@@ -265,7 +247,7 @@ impl Index {
   pub fn apply(&mut self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
     let slot = self.slot(w);
     match ev {
-      KvEvent::Stored(s) => self.store(slot, StoredBlocks::of(s), Chain::default()),
+      KvEvent::Stored(s) => self.store(slot, StoredBlocks::of(s), XXH3_SEED, |_| None),
       KvEvent::Removed(r) => {
         self.remove(slot, &r.block_hashes);
         Ok(())
@@ -281,15 +263,21 @@ impl Index {
   /// Applies a stored event given as slices (the publish path's columns): as `apply` would.
   pub fn store_blocks(&mut self, w: WorkerKey, s: StoredBlocks<'_>) -> KvResult<()> {
     let slot = self.slot(w);
-    self.store(slot, s, Chain::default())
+    self.store(slot, s, XXH3_SEED, |_| None)
   }
 
-  /// `store_blocks` with content keys made as `chain` says (a router's namespaces and tiers).
-  /// With `chain.from`, an event whose parent this worker does not hold here starts its chain
-  /// from that key, as a root of this index.
-  pub fn store_chained(&mut self, w: WorkerKey, s: StoredBlocks<'_>, chain: Chain) -> KvResult<()> {
+  /// `store_blocks` for a router's namespaces and tiers: each block's content hash is seeded with
+  /// `seed`, and a parent this worker does not hold here is looked up with `parent_elsewhere`
+  /// (another tier): the chain goes on from that key, as a root of this index.
+  pub fn store_chained(
+    &mut self,
+    w: WorkerKey,
+    s: StoredBlocks<'_>,
+    seed: u64,
+    parent_elsewhere: impl FnOnce(u64) -> Option<u64>,
+  ) -> KvResult<()> {
     let slot = self.slot(w);
-    self.store(slot, s, chain)
+    self.store(slot, s, seed, parent_elsewhere)
   }
 
   /// The content key of the block the worker holds under engine hash `eh`.
@@ -315,7 +303,13 @@ impl Index {
     s.check_layout(self.cfg.key_by == KeyBy::Engine)
   }
 
-  fn store(&mut self, slot: u32, s: StoredBlocks<'_>, chain: Chain) -> KvResult<()> {
+  fn store(
+    &mut self,
+    slot: u32,
+    s: StoredBlocks<'_>,
+    seed: u64,
+    parent_elsewhere: impl FnOnce(u64) -> Option<u64>,
+  ) -> KvResult<()> {
     let layout = check_layout(
       s.block_hashes.len(),
       s.token_ids.len(),
@@ -332,12 +326,14 @@ impl Index {
       None => (NONE, None),
       Some(p) => match self.workers[slot as usize].engine.get(p) {
         Some(n) => (n, Some(self.nodes[n as usize].key)),
-        None if chain.from.is_some() => (NONE, chain.from),
-        None => {
-          self.drop_event(DropReason::UnknownParent, 1);
-          self.workers[slot as usize].needs_recovery = true;
-          return Ok(());
-        }
+        None => match parent_elsewhere(p) {
+          Some(key) => (NONE, Some(key)),
+          None => {
+            self.drop_event(DropReason::UnknownParent, 1);
+            self.workers[slot as usize].needs_recovery = true;
+            return Ok(());
+          }
+        },
       },
     };
     let bs = s.block_size as usize;
@@ -345,7 +341,6 @@ impl Index {
     // cache misses overlap instead of queueing one after another.
     let mut keys = std::mem::take(&mut self.scratch_keys);
     keys.clear();
-    let seed = chain.seed;
     let mut chain = prev_key;
     for (i, &eh) in s.block_hashes.iter().enumerate() {
       let key = match self.cfg.key_by {

@@ -81,15 +81,7 @@ impl LocalIndexer {
     dialect: Dialect,
     dp_rank: Option<i32>,
   ) -> KvResult<Drained> {
-    let mut decoded = Vec::with_capacity(payloads.len());
-    for (i, bytes) in payloads.iter().enumerate() {
-      decoded.push(codec::decode(bytes, dialect).map_err(|mut e| {
-        if payloads.len() > 1 {
-          e.message = format!("payload {i}: {}", e.message);
-        }
-        e
-      })?);
-    }
+    let decoded = codec::decode_all(payloads, dialect)?;
     // Viewed where they were decoded: runs of one rank go out 1024 events at a time.
     let mut out = Drained::default();
     let mut run: Vec<EventRef<'_>> = Vec::with_capacity(MAX_BATCH_EVENTS);

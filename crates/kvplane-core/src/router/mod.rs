@@ -19,7 +19,7 @@ pub use tier::Tier;
 use crate::codec::{self, recover, Dialect};
 use crate::error::{KvError, KvResult};
 use crate::event::{KvEvent, StoredEvent};
-use crate::index::{Chain, Index, IndexConfig, IndexStats, StoredBlocks, WorkerDump, WorkerKey};
+use crate::index::{Index, IndexConfig, IndexStats, StoredBlocks, WorkerDump, WorkerKey};
 use crate::stream::Recovery;
 use std::collections::HashMap;
 
@@ -157,14 +157,7 @@ impl RouterIndex {
     payloads: &[&[u8]],
     dialect: Dialect,
   ) -> KvResult<u32> {
-    let decoded = payloads
-      .iter()
-      .enumerate()
-      .map(|(i, p)| {
-        codec::decode(p, dialect)
-          .map_err(|e| KvError::new(e.code, format!("payload {i}: {}", e.message)))
-      })
-      .collect::<KvResult<Vec<_>>>()?;
+    let decoded = codec::decode_all(payloads, dialect)?;
     Ok(
       decoded
         .into_iter()
@@ -262,18 +255,17 @@ impl RouterIndex {
       (0, Some(p)) if !self.salts.is_empty() => self.salts.get(&(w, p)).copied().unwrap_or(0),
       _ => own_salt,
     };
-    let here = &self.tiers[tier as usize];
-    let from = match s.parent_block_hash {
-      Some(p) if here.key_of(w, p).is_none() => Tier::ALL
+    let seed = namespace::seed(namespace::lora_part(s.lora_name.as_deref()), salt);
+    // A parent this tier does not hold may be in another (a block offloaded after its parent).
+    let (before, rest) = self.tiers.split_at_mut(tier as usize);
+    let (here, after) = rest.split_first_mut().expect("a tier");
+    let elsewhere = |p| {
+      before
         .iter()
-        .find_map(|&t| self.tiers[t as usize].key_of(w, p)),
-      _ => None,
+        .chain(after.iter())
+        .find_map(|ix| ix.key_of(w, p))
     };
-    let chain = Chain {
-      seed: namespace::seed(namespace::lora_part(s.lora_name.as_deref()), salt),
-      from,
-    };
-    self.tiers[tier as usize].store_chained(w, StoredBlocks::of(s), chain)?;
+    here.store_chained(w, StoredBlocks::of(s), seed, elsewhere)?;
     if salt != 0 {
       for h in &s.block_hashes {
         self.salts.insert((w, *h), salt);
