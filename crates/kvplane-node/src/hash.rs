@@ -76,7 +76,9 @@ pub(crate) fn core_options(o: &HashBlocksOptions) -> KvResult<HashOptions> {
 }
 
 /// Token ids as given: a `Uint32Array` borrowed, or numbers checked by the core.
-pub(crate) fn tokens_of(tokens: &Either<Uint32Array, Vec<f64>>) -> KvResult<std::borrow::Cow<'_, [u32]>> {
+pub(crate) fn tokens_of(
+  tokens: &Either<Uint32Array, Vec<f64>>,
+) -> KvResult<std::borrow::Cow<'_, [u32]>> {
   Ok(match tokens {
     Either::A(t) => std::borrow::Cow::Borrowed(t.as_ref()),
     Either::B(v) => std::borrow::Cow::Owned(hash::tokens_from_f64(v)?),
