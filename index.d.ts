@@ -135,6 +135,27 @@ export declare class NativeRouterIndex {
   queryByHash(hashes: BigUint64Array): RouterMatchesOut
   dump(workerId?: bigint | undefined | null): Array<RouterDumpSegmentOut>
   stats(): RouterStatsOut
+  /**
+   * Follows a ZMQ publisher on the link thread for worker `workerId`: `onDelivery` gets what the
+   * follower must handle; batches are applied there while the follower keeps the gate open.
+   */
+  followZmq(opts: ZmqLinkOptions, onDelivery: (d: ZmqDeliveryOut) => void): NativeZmqLink
+}
+
+export declare class NativeZmqLink {
+  /**
+   * The follower applied everything before `next`, holds nothing and has read every delivery:
+   * the link applies from `next` on. False if a delivery is still unread.
+   */
+  reopen(next: bigint): boolean
+  /**
+   * JS takes over without a hand-off: nothing more is applied on the link thread until
+   * `reopen`. What was applied there since the last delivery.
+   */
+  shut(): ZmqStintOut
+  stats(): ZmqLinkStatsOut
+  /** Stops following; deliveries already queued may still arrive. */
+  close(): void
 }
 
 /**
@@ -568,4 +589,51 @@ export interface WorkerStatsOut {
   blocks: number
   unreachableBlocks: number
   needsRecovery: boolean
+}
+
+/**
+ * What a link hands to JS: `kind` is `batch`, `connected`, `disconnected`, `malformed` or
+ * `progress`. Every kind but `progress` carries the stint applied on the link thread before it.
+ */
+export interface ZmqDeliveryOut {
+  kind: string
+  stintLastSeq?: bigint
+  stintBatches: number
+  seq?: bigint
+  payload?: Buffer
+  frames?: number
+  reason?: string
+}
+
+export interface ZmqLinkOptions {
+  /** `tcp://HOST:PORT` or `ipc://PATH`. */
+  endpoint: string
+  topic?: string
+  workerId: bigint
+  /** The rank batches naming none are indexed under. */
+  dpRank: number
+  dialect: string
+  /** Reconnects wait from 100 ms, doubling up to this. Default 100. */
+  reconnectMaxMs?: number
+  /** Live batches handed to JS and not read yet, at most; more are dropped (counted). Default 10,000. */
+  maxUnread?: number
+}
+
+export interface ZmqLinkStatsOut {
+  connected: boolean
+  connects: number
+  batches: number
+  events: number
+  /** When a batch was last applied on the link thread (ms since the epoch; 250 ms granularity), or 0. */
+  lastAppliedMs: number
+  dropped: number
+  gateOpen: boolean
+  /** The last seq applied on the link thread that JS has not been told of yet. */
+  stintLastSeq?: bigint
+  lastError?: string
+}
+
+export interface ZmqStintOut {
+  lastSeq?: bigint
+  batches: number
 }

@@ -839,6 +839,7 @@ module.exports.NativeEngineLoads = nativeBinding.NativeEngineLoads
 module.exports.NativeEventQueue = nativeBinding.NativeEventQueue
 module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
 module.exports.NativeRouterIndex = nativeBinding.NativeRouterIndex
+module.exports.NativeZmqLink = nativeBinding.NativeZmqLink
 module.exports.RecoverChunks = nativeBinding.RecoverChunks
 module.exports.SnapshotStream = nativeBinding.SnapshotStream
 module.exports.clockFirstSeq = nativeBinding.clockFirstSeq

@@ -21,6 +21,8 @@ Flags:
   --workers LIST          workers to follow from the start: "id[:dp_rank]=endpoint,..."
                           (e.g. "1=tcp://host:5557,1:1=tcp://host:5558")
   --state-file PATH       keep registrations here; a restarted indexer follows them again
+  --zmq-receive MODE      native (default): ZMQ publishers are read on a thread of kvplane's own,
+                          in-order batches applied there; js: every message read with zeromq.js
   --duration SECONDS      stop after this long (default: until SIGINT/SIGTERM)
 `;
 
@@ -61,7 +63,7 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     if (value === undefined) bad(`--${name} needs a value`);
     v[name] = value;
   }
-  const known = ['host', 'port', 'block-size', 'model-name', 'routing-group', 'workers', 'state-file', 'duration'];
+  const known = ['host', 'port', 'block-size', 'model-name', 'routing-group', 'workers', 'state-file', 'duration', 'zmq-receive'];
   for (const k of Object.keys(v)) if (!known.includes(k)) bad(`unknown flag --${k}`);
   const int = (name: string, min: number, max: number): number | undefined => {
     const s = v[name];
@@ -78,7 +80,13 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     stateFile: v['state-file'],
     workers: parseWorkers(v.workers ?? '', blockSize, v['model-name'] ?? 'default', v['routing-group'] ?? 'default'),
     durationSeconds: int('duration', 0, 1e9) ?? 0,
+    zmqReceive: zmqReceive(v['zmq-receive']),
   };
+}
+
+function zmqReceive(s: string | undefined): 'native' | 'js' {
+  if (s === undefined || s === 'native' || s === 'js') return s ?? 'native';
+  return bad(`--zmq-receive is ${JSON.stringify(s)}: native or js`);
 }
 
 export async function startIndexer(

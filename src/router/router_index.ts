@@ -13,6 +13,12 @@ export interface RouterIndexOptions {
   signal?: AbortSignal;
   /** Subscriptions' warnings (gaps, reconnects, rebuilds), for the router's log. */
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+  /**
+   * How ZMQ subscriptions read their publishers: `native` (default) reads `tcp://` and `ipc://`
+   * endpoints on a thread of their own and applies in-order batches there; `js` reads every
+   * message with zeromq.js.
+   */
+  zmqReceive?: 'native' | 'js';
 }
 
 /** Where a worker's events come from. */
@@ -48,6 +54,7 @@ export class RouterIndex {
   readonly #native: native.NativeRouterIndex;
   readonly #subs = new Map<string, Subscription>();
   readonly #onWarning: RouterIndexOptions['onWarning'];
+  readonly #zmqReceive: 'native' | 'js';
   #closed = false;
   readonly #abort: (() => void) | null = null;
 
@@ -57,6 +64,9 @@ export class RouterIndex {
     this.#native = callNative(() => new native.NativeRouterIndex(bs));
     this.blockSize = bs;
     this.#onWarning = opts.onWarning;
+    this.#zmqReceive = opts.zmqReceive ?? 'native';
+    if (this.#zmqReceive !== 'native' && this.#zmqReceive !== 'js')
+      invalidArg(`zmqReceive is ${this.#zmqReceive}: native or js`);
     if (opts.signal) {
       const signal = opts.signal;
       const onAbort = () => void this.close();
@@ -86,6 +96,7 @@ export class RouterIndex {
       applyNumbered: (w, r, b, e) => callNative(() => n.applyNumbered(w, r, b, e)),
       clearWorker: (w, r) => callNative(() => n.clearWorker(w, r)),
       applyRecovery: (w, a) => callNative(() => n.applyRecovery(w, a)),
+      followZmq: this.#zmqReceive === 'native' ? (o, cb) => callNative(() => n.followZmq(o, cb)) : undefined,
     };
   }
 

@@ -17,6 +17,7 @@ mod queue;
 mod router_index;
 mod tasks;
 mod value;
+mod zmq_link;
 
 pub use codec::*;
 pub use error::panic_probe;
@@ -30,3 +31,4 @@ pub use options::*;
 pub use outputs::*;
 pub use queue::*;
 pub use router_index::*;
+pub use zmq_link::*;

@@ -9,6 +9,7 @@ use kvplane_core::codec::Dialect;
 use kvplane_core::router::{Numbered, QueryAnswer, RouterIndex};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 #[napi(object)]
 pub struct RouterAppliedOut {
@@ -87,7 +88,18 @@ fn matches_out(a: QueryAnswer) -> RouterMatchesOut {
 
 #[napi]
 pub struct NativeRouterIndex {
-  inner: RouterIndex,
+  /// Shared with the ZMQ links that apply to it on the link thread (`followZmq`).
+  inner: Arc<Mutex<RouterIndex>>,
+}
+
+impl NativeRouterIndex {
+  fn ix(&self) -> MutexGuard<'_, RouterIndex> {
+    self.inner.lock().unwrap_or_else(|p| p.into_inner())
+  }
+
+  pub(crate) fn shared(&self) -> Arc<Mutex<RouterIndex>> {
+    self.inner.clone()
+  }
 }
 
 #[napi]
@@ -96,21 +108,21 @@ impl NativeRouterIndex {
   pub fn new(block_size: u32) -> Result<Self, Code> {
     guard_js(|| {
       Ok(NativeRouterIndex {
-        inner: RouterIndex::new(block_size)?,
+        inner: Arc::new(Mutex::new(RouterIndex::new(block_size)?)),
       })
     })
   }
 
   #[napi(getter)]
   pub fn block_size(&self) -> u32 {
-    self.inner.block_size()
+    self.ix().block_size()
   }
 
   /// Decodes a payload of `dialect` and applies it to worker `worker_id`, under each batch's own
   /// DP rank or `rank`. Nothing is applied if it does not decode.
   #[napi]
   pub fn apply_payload(
-    &mut self,
+    &self,
     worker_id: BigInt,
     rank: u32,
     bytes: &[u8],
@@ -119,7 +131,7 @@ impl NativeRouterIndex {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
       let a = self
-        .inner
+        .ix()
         .apply_payload(id, rank, bytes, Dialect::parse(&dialect)?)?;
       Ok(applied_out("applied", a))
     })
@@ -130,7 +142,7 @@ impl NativeRouterIndex {
   /// its position; the ones before it were applied.
   #[napi]
   pub fn apply_payloads(
-    &mut self,
+    &self,
     worker_id: BigInt,
     rank: u32,
     payloads: Vec<&[u8]>,
@@ -140,9 +152,9 @@ impl NativeRouterIndex {
       let id = bigint_u64("workerId", &worker_id)?;
       let dialect = Dialect::parse(&dialect)?;
       let mut events = 0;
+      let mut ix = self.ix();
       for (i, p) in payloads.iter().enumerate() {
-        let a = self
-          .inner
+        let a = ix
           .apply_payload(id, rank, p, dialect)
           .map_err(|e| kvplane_core::KvError::new(e.code, format!("payload {i}: {}", e.message)))?;
         events += a.events;
@@ -154,7 +166,7 @@ impl NativeRouterIndex {
   /// An SMG `KvEventBatch`, applied only when its seq is `expected` (any seq when absent).
   #[napi]
   pub fn apply_numbered(
-    &mut self,
+    &self,
     worker_id: BigInt,
     rank: u32,
     bytes: &[u8],
@@ -163,26 +175,20 @@ impl NativeRouterIndex {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
       let expected = expected.map(|e| bigint_u64("expected", &e)).transpose()?;
-      Ok(
-        match self.inner.apply_numbered(id, rank, bytes, expected)? {
-          Numbered::Applied(a) => applied_out("applied", a),
-          Numbered::Duplicate(seq) => skipped_out("duplicate", seq),
-          Numbered::Gap(seq) => skipped_out("gap", seq),
-        },
-      )
+      Ok(match self.ix().apply_numbered(id, rank, bytes, expected)? {
+        Numbered::Applied(a) => applied_out("applied", a),
+        Numbered::Duplicate(seq) => skipped_out("duplicate", seq),
+        Numbered::Gap(seq) => skipped_out("gap", seq),
+      })
     })
   }
 
   /// Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`.
   #[napi]
-  pub fn apply_recovery(
-    &mut self,
-    worker_id: BigInt,
-    bytes: &[u8],
-  ) -> Result<RouterRecoveryOut, Code> {
+  pub fn apply_recovery(&self, worker_id: BigInt, bytes: &[u8]) -> Result<RouterRecoveryOut, Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
-      let r = self.inner.apply_recovery_msgpack(id, bytes)?;
+      let r = self.ix().apply_recovery_msgpack(id, bytes)?;
       Ok(RouterRecoveryOut {
         kind: r.kind.to_string(),
         last_seq: BigInt::from(r.last_seq),
@@ -195,10 +201,10 @@ impl NativeRouterIndex {
 
   /// Drops every block of worker `worker_id` (only DP rank `rank` when given), in every tier.
   #[napi]
-  pub fn clear_worker(&mut self, worker_id: BigInt, rank: Option<u32>) -> Result<(), Code> {
+  pub fn clear_worker(&self, worker_id: BigInt, rank: Option<u32>) -> Result<(), Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
-      self.inner.clear_worker(id, rank);
+      self.ix().clear_worker(id, rank);
       Ok(())
     })
   }
@@ -213,7 +219,7 @@ impl NativeRouterIndex {
   ) -> Result<RouterMatchesOut, Code> {
     guard_js(|| {
       let tokens = tokens_of(&tokens)?;
-      Ok(matches_out(self.inner.query(
+      Ok(matches_out(self.ix().query(
         &tokens,
         lora_name.as_deref(),
         cache_salt.as_deref(),
@@ -225,8 +231,8 @@ impl NativeRouterIndex {
   #[napi]
   pub fn query_by_hash(&self, hashes: BigUint64Array) -> Result<RouterMatchesOut, Code> {
     guard_js(|| {
-      let keys = self.inner.keys_of_content_hashes(&hashes);
-      Ok(matches_out(self.inner.query_keys(&keys)))
+      let keys = self.ix().keys_of_content_hashes(&hashes);
+      Ok(matches_out(self.ix().query_keys(&keys)))
     })
   }
 
@@ -236,7 +242,7 @@ impl NativeRouterIndex {
       let id = worker_id.map(|w| bigint_u64("workerId", &w)).transpose()?;
       Ok(
         self
-          .inner
+          .ix()
           .dump(id)
           .into_iter()
           .map(|s| RouterDumpSegmentOut {
@@ -257,7 +263,7 @@ impl NativeRouterIndex {
       let mut tiers = Vec::new();
       let mut workers = Vec::new();
       let mut drops: Vec<DropCount> = Vec::new();
-      for (tier, s) in self.inner.tier_stats() {
+      for (tier, s) in self.ix().tier_stats() {
         tiers.push(RouterTierStatsOut {
           tier: tier.name().to_string(),
           blocks: s.blocks as f64,
@@ -287,7 +293,7 @@ impl NativeRouterIndex {
           }
         }
       }
-      for (reason, n) in self.inner.drops() {
+      for (reason, n) in self.ix().drops() {
         drops.push(DropCount {
           reason: reason.name().to_string(),
           count: n as f64,

@@ -99,6 +99,12 @@ export function indexerMetrics(registry: Registry): {
     'counter',
   );
   perWorker('kvplane_indexer_worker_undecodable_total', 'batches that did not decode', (s) => s.undecodable, 'counter');
+  perWorker(
+    'kvplane_indexer_worker_dropped_total',
+    'live batches dropped by the subscription\'s own receive bound (then recovered as a gap)',
+    (s) => s.dropped,
+    'counter',
+  );
   new Counter({
     name: 'kvplane_indexer_worker_recoveries_total',
     help: 'recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)',

@@ -1,4 +1,4 @@
-import type { WorkerSource } from '../router_index.js';
+import type { RouterIndexOptions, WorkerSource } from '../router_index.js';
 import { RouterIndex } from '../router_index.js';
 import { HttpError } from './json.js';
 
@@ -59,8 +59,14 @@ export class Registry {
   /** Called after every change (the state file is written from it). */
   onChange: (() => void) | null = null;
 
-  constructor(onWarning?: (msg: string, detail: Record<string, unknown>) => void) {
+  readonly #zmqReceive: 'native' | 'js' | undefined;
+
+  constructor(
+    onWarning?: (msg: string, detail: Record<string, unknown>) => void,
+    zmqReceive?: RouterIndexOptions['zmqReceive'],
+  ) {
     this.#onWarning = onWarning;
+    this.#zmqReceive = zmqReceive;
   }
 
   static key(model: string, group: string): string {
@@ -109,7 +115,7 @@ export class Registry {
     }
     if (!ix) {
       if (r.blockSize < 1) throw new HttpError(400, 'block_size must be at least 1');
-      ix = new RouterIndex({ blockSize: r.blockSize, onWarning: this.#onWarning });
+      ix = new RouterIndex({ blockSize: r.blockSize, onWarning: this.#onWarning, zmqReceive: this.#zmqReceive });
       this.#indexes.set(key, ix);
     }
     try {

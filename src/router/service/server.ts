@@ -17,6 +17,8 @@ export interface IndexerServerOptions {
   /** Registered at start (`--workers`). */
   workers?: readonly Omit<Registration, 'url' | 'replayEndpoint'>[];
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+  /** How ZMQ publishers are read (`RouterIndexOptions.zmqReceive`). Default `native`. */
+  zmqReceive?: 'native' | 'js';
 }
 
 /** Body limits: `/query` and `/query_by_hash` take 8 MiB (long prompts), the rest 2 MB. */
@@ -54,7 +56,7 @@ export class IndexerServer {
   }
 
   static async create(opts: IndexerServerOptions = {}): Promise<IndexerServer> {
-    const registry = new Registry(opts.onWarning);
+    const registry = new Registry(opts.onWarning, opts.zmqReceive);
     const saved = opts.stateFile ? loadRegistrations(opts.stateFile) : [];
     for (const r of saved) registry.register(r, sourceOf(r));
     for (const w of opts.workers ?? []) {

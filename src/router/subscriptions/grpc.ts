@@ -74,6 +74,8 @@ export class GrpcSubscription implements Subscription {
       reconnects: 0,
       duplicates: 0,
       undecodable: 0,
+      dropped: 0,
+      linkBatches: 0,
       lastError: null,
     };
   }

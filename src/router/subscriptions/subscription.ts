@@ -1,3 +1,4 @@
+import type native from '../../native.js';
 import { trimMemorySoon } from '../../transports/memory.js';
 
 /**
@@ -19,6 +20,11 @@ export interface RouterTarget {
   clearWorker(workerId: bigint, rank?: number | null): void;
   /** A node's `/kv_recover` answer (msgpack): `Events` applied in order, a `TreeDump` replacing the worker. */
   applyRecovery(workerId: bigint, answer: Uint8Array): { kind: string; lastSeq: bigint };
+  /**
+   * Reads a ZMQ publisher natively, applying its in-order batches to this index on the link
+   * thread (absent: zeromq.js only). Throws `ERR_INVALID_ARG` for endpoints it cannot connect to.
+   */
+  followZmq?(opts: native.ZmqLinkOptions, onDelivery: (d: native.ZmqDeliveryOut) => void): native.NativeZmqLink;
 }
 
 /** How a worker's state was recovered, by kind. */
@@ -47,6 +53,8 @@ export interface SubscriptionStats {
   epoch: bigint | null;
   batches: number;
   events: number;
+  /** Of `batches`, those a native ZMQ link applied on its own thread (in order, never crossing into JS). */
+  linkBatches: number;
   /** `Date.now()` of the last batch applied, or `null`. */
   lastBatchAt: number | null;
   recoveries: RecoveryCounts;
@@ -58,6 +66,8 @@ export interface SubscriptionStats {
   duplicates: number;
   /** Batches that did not decode (then the worker's state is rebuilt). */
   undecodable: number;
+  /** Live batches dropped by the subscription's own receive bound (a native ZMQ link's; then a gap). */
+  dropped: number;
   lastError: string | null;
 }
 

@@ -1,8 +1,9 @@
 import type { Dialect } from '../../codec.js';
-import { invalidArg } from '../../errors.js';
+import { invalidArg, KvPlaneError } from '../../errors.js';
 import type { KvEvent } from '../../events.js';
 import { EngineZmqSource } from '../../sources/engine/zmq_source.js';
 import type { RelaySink } from '../../sources/source.js';
+import { NativeZmqFeed } from './native_zmq.js';
 import {
   appliedSoTrimLater,
   emptyRecoveries,
@@ -54,6 +55,8 @@ export class ZmqSubscription implements Subscription {
   #closed = false;
   #snapshots = 0;
   #lastError: string | null = null;
+  /** The native link reading the publisher, when there is one. */
+  #native: NativeZmqFeed | null = null;
 
   constructor(target: RouterTarget, o: ZmqSubscriptionOptions) {
     this.#o = o;
@@ -71,6 +74,7 @@ export class ZmqSubscription implements Subscription {
       reconnectMaxMs: 5000,
       onWarning: o.onWarning,
       resync: o.recoverUrl ? () => this.#treeDump(target, o.recoverUrl as string) : undefined,
+      liveFeed: target.followZmq ? (endpoint) => this.#nativeFeed(target, endpoint) : undefined,
     });
     const clear = () => target.clearWorker(this.workerId, o.wholeWorker?.() === false ? this.dpRank : null);
     const apply = (payloads: Uint8Array[], dialect: Dialect) => {
@@ -97,6 +101,33 @@ export class ZmqSubscription implements Subscription {
 
   start(): void {
     void this.#source.start(this.#sink);
+  }
+
+  /** A native link to `endpoint`, or `null` (zeromq.js) for an endpoint it does not speak. */
+  #nativeFeed(target: RouterTarget, endpoint: string): NativeZmqFeed | null {
+    const follow = target.followZmq as NonNullable<RouterTarget['followZmq']>;
+    const o = this.#o;
+    try {
+      this.#native = new NativeZmqFeed(
+        (onDelivery) =>
+          follow(
+            {
+              endpoint,
+              workerId: this.workerId,
+              dpRank: this.dpRank,
+              dialect: o.dialect ?? 'vllm',
+              reconnectMaxMs: 5000,
+              maxUnread: 10_000,
+            },
+            onDelivery,
+          ),
+        () => appliedSoTrimLater(),
+      );
+      return this.#native;
+    } catch (err) {
+      if (err instanceof KvPlaneError && err.code === 'ERR_INVALID_ARG') return null;
+      throw err;
+    }
   }
 
   /**
@@ -138,6 +169,9 @@ export class ZmqSubscription implements Subscription {
 
   stats(): SubscriptionStats {
     const r = this.#source.ranks()[0];
+    // What the native link applied since it last handed over is not in the follower's counts yet.
+    const n = this.#native?.stats();
+    const lastAt = Math.max(this.#lastBatchAt ?? 0, n?.lastAppliedMs ?? 0);
     const recoveries = emptyRecoveries();
     recoveries.replay = r?.gapsFilled ?? 0;
     recoveries.cleared = r?.unrecoverable ?? 0;
@@ -148,17 +182,19 @@ export class ZmqSubscription implements Subscription {
       kind: 'zmq',
       endpoint: this.#o.endpoint,
       state: this.#closed ? 'closed' : r?.fetching ? 'recovering' : r?.connected ? 'live' : 'connecting',
-      lastSeq: r?.lastEngineSeq ?? null,
+      lastSeq: n?.stintLastSeq ?? r?.lastEngineSeq ?? null,
       epoch: null,
-      batches: this.#batches,
-      events: this.#events,
-      lastBatchAt: this.#lastBatchAt,
+      batches: this.#batches + (n?.batches ?? 0),
+      events: this.#events + (n?.events ?? 0),
+      lastBatchAt: lastAt === 0 ? null : lastAt,
       recoveries,
       restarts: r?.restarts ?? 0,
-      reconnects: 0,
+      reconnects: Math.max(0, (n?.connects ?? 1) - 1),
       duplicates: r?.duplicates ?? 0,
       undecodable: r?.undecodable ?? 0,
-      lastError: this.#lastError,
+      dropped: n?.dropped ?? 0,
+      linkBatches: n?.batches ?? 0,
+      lastError: this.#lastError ?? n?.lastError ?? null,
     };
   }
 }

@@ -110,6 +110,27 @@ export class RankFollower {
   }
 
   /**
+   * The seq expected next when the rank is simply in order: nothing fetched or held, no restart
+   * check pending, its record begun. Then batches from it on may be applied by the live socket's
+   * reader itself (a native link), which reports them with `appliedElsewhere`. `null` otherwise.
+   */
+  get inOrderNext(): bigint | null {
+    if (this.#fetching || this.#reconnected || this.#recordStarts) return null;
+    return this.#next;
+  }
+
+  /**
+   * Batches up to `lastSeq` (`batches` of them), in order from `inOrderNext`, were applied by the
+   * live socket's reader: the rank goes on from there.
+   */
+  appliedElsewhere(lastSeq: bigint, batches: number): void {
+    if (batches === 0) return;
+    this.#next = lastSeq + 1n;
+    this.#lastLive = lastSeq;
+    this.counters.applied += batches;
+  }
+
+  /**
    * Engine batches before what the relay holds of this rank that it never saw: 0 when its record
    * reaches back to the engine's first seq (or a restart's), else the seq its record begins at
    * (joined without replay, or rebuilt after a clear), counted from the engine's first seq.

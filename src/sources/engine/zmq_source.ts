@@ -56,10 +56,110 @@ export interface EngineZmqOptions {
    * `reconnect_ivl_max`). Default: none, every 100 ms (an engine restarting is seen at once).
    */
   reconnectMaxMs?: number;
+  /**
+   * The live socket for each rank's publisher endpoint; `null` (or absent) for zeromq.js's
+   * Subscriber. A router passes a native link here (`src/router/subscriptions/native_zmq.ts`).
+   */
+  liveFeed?: (endpoint: string) => LiveFeed | null;
   /** How long a replay fetch may go without an answer before the rank is cleared. Default 5 s. */
   replayTimeoutMs?: number;
   /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+}
+
+/** What a rank's live socket reports, in order. */
+export interface LiveHandlers {
+  batch(seq: bigint, payload: Buffer): void;
+  /** A message that was not `[topic, 8-byte seq, payload]`. */
+  malformed(frames: number): void;
+  connected(): void;
+  disconnected(): void;
+  /** Batches the feed applied itself (`reopen`), reported before whatever it reports next. */
+  appliedElsewhere(lastSeq: bigint, batches: number): void;
+}
+
+/** A rank's live socket: zeromq.js's Subscriber, or a link that reads it natively. */
+export interface LiveFeed {
+  start(h: LiveHandlers): void;
+  /** More messages have already arrived (what waits to be relayed may grow first). */
+  readonly more: boolean;
+  readonly closed: boolean;
+  close(): Promise<void>;
+  /**
+   * The follower expects `next` and holds nothing: the feed may apply batches from `next` on
+   * itself, in order, until it reports something (`appliedElsewhere` first).
+   */
+  reopen?(next: bigint): void;
+  /**
+   * Takes over from the feed without it reporting anything (the relay could not apply a batch
+   * it was handed after `reopen`): nothing more is applied by the feed until `reopen`. What it
+   * applied since it last reported.
+   */
+  shut?(): { lastSeq: bigint | null; batches: number };
+}
+
+/** The live socket as zeromq.js's Subscriber. */
+class ZmqjsFeed implements LiveFeed {
+  readonly #sub: Subscriber;
+  readonly #endpoint: string;
+  readonly #topic: string;
+  #loops: Promise<unknown>[] = [];
+
+  constructor(endpoint: string, o: EngineZmqOptions) {
+    this.#endpoint = endpoint;
+    this.#topic = o.topic ?? '';
+    this.#sub = new Subscriber({
+      linger: 0,
+      receiveHighWaterMark: o.receiveHwm ?? 10_000,
+      ...(o.reconnectMaxMs ? { reconnectMaxInterval: o.reconnectMaxMs } : {}),
+    });
+  }
+
+  get more(): boolean {
+    return !this.#sub.closed && this.#sub.readable;
+  }
+
+  get closed(): boolean {
+    return this.#sub.closed;
+  }
+
+  start(h: LiveHandlers): void {
+    // Watch before connecting: the socket's events are reported from when they are first read.
+    this.#loops.push(this.#watch(h));
+    this.#sub.connect(this.#endpoint);
+    this.#sub.subscribe(this.#topic);
+    this.#loops.push(this.#receive(h));
+  }
+
+  async close(): Promise<void> {
+    this.#sub.close();
+    await Promise.allSettled(this.#loops);
+  }
+
+  async #watch(h: LiveHandlers): Promise<void> {
+    try {
+      for await (const ev of this.#sub.events) {
+        if (ev.type === 'connect') h.connected();
+        else if (ev.type === 'disconnect') h.disconnected();
+        else if (ev.type === 'end') break;
+      }
+    } catch {
+      // The socket closed.
+    }
+  }
+
+  async #receive(h: LiveHandlers): Promise<void> {
+    try {
+      for await (const frames of this.#sub) {
+        const seq = frames[1];
+        const payload = frames[2];
+        if (frames.length !== 3 || seq?.length !== 8 || payload === undefined) h.malformed(frames.length);
+        else h.batch(seq.readBigUInt64BE(), payload);
+      }
+    } catch (err) {
+      if (!this.#sub.closed) throw err;
+    }
+  }
 }
 
 export interface RankStats extends FollowerCounters {
@@ -101,10 +201,11 @@ class RankLink {
   connected = false;
   malformed = 0;
   undecodable = 0;
-  readonly #sub: Subscriber;
+  readonly #feed: LiveFeed;
+  /** The live socket connected before and lost its connection since. */
+  #lost = false;
   readonly #source: EngineZmqSource;
   readonly #sink: RelaySink;
-  #loops: Promise<unknown>[] = [];
   /** Replay fetches in progress, closed on stop. */
   readonly #fetches = new Map<Dealer, Promise<void>>();
   /** State loads in progress (`resync`). */
@@ -134,21 +235,41 @@ class RankLink {
       firstSeq: source.options.firstSeq ?? ENGINE_FIRST_SEQ,
       resync: source.options.resync !== undefined,
     });
-    this.#sub = new Subscriber({
-      linger: 0,
-      receiveHighWaterMark: source.options.receiveHwm ?? 10_000,
-      ...(source.options.reconnectMaxMs ? { reconnectMaxInterval: source.options.reconnectMaxMs } : {}),
-    });
+    this.#feed = source.options.liveFeed?.(endpoint) ?? new ZmqjsFeed(endpoint, source.options);
     this.#coalesceBytes = source.coalesceBytes;
   }
 
   start(): void {
-    // Watch before connecting: the socket's events are reported from when they are first read.
-    this.#loops.push(this.#watch());
-    this.#sub.connect(this.endpoint);
-    this.#sub.subscribe(this.#source.options.topic ?? '');
-    this.#loops.push(this.#receive());
+    this.#feed.start({
+      batch: (seq, payload) => {
+        this.#run(this.follower.live({ seq, payload, receivedAt: performance.now() }));
+        // More already arrived: it joins what waits, up to the cap.
+        if (!this.#feed.more) this.#relayWaiting();
+      },
+      malformed: (frames) => {
+        this.malformed++;
+        this.#source.warn('malformed engine message skipped', { rank: this.rank, frames });
+        this.#reopen();
+      },
+      connected: () => {
+        this.connected = true;
+        if (this.#lost) this.follower.reconnected();
+        this.#reopen();
+      },
+      disconnected: () => {
+        this.connected = false;
+        this.#lost = true;
+      },
+      appliedElsewhere: (lastSeq, batches) => this.follower.appliedElsewhere(lastSeq, batches),
+    });
     if (this.#source.options.fetchOnJoin) this.#run(this.follower.join());
+  }
+
+  /** In order with nothing held or waiting: a feed that can apply batches itself takes over. */
+  #reopen(): void {
+    if (this.#feed.reopen === undefined || this.#waiting.length > 0) return;
+    const next = this.follower.inOrderNext;
+    if (next !== null) this.#feed.reopen(next);
   }
 
   async stop(): Promise<void> {
@@ -157,45 +278,9 @@ class RankLink {
     } catch {
       // The sink closed first: what waited goes with it.
     }
-    this.#sub.close();
+    const closing = this.#feed.close();
     for (const d of this.#fetches.keys()) d.close();
-    await Promise.allSettled([...this.#loops, ...this.#fetches.values(), ...this.#resyncs]);
-  }
-
-  async #watch(): Promise<void> {
-    try {
-      let lost = false;
-      for await (const ev of this.#sub.events) {
-        if (ev.type === 'connect') {
-          this.connected = true;
-          if (lost) this.follower.reconnected();
-        } else if (ev.type === 'disconnect') {
-          this.connected = false;
-          lost = true;
-        } else if (ev.type === 'end') break;
-      }
-    } catch {
-      // The socket closed.
-    }
-  }
-
-  async #receive(): Promise<void> {
-    try {
-      for await (const frames of this.#sub) {
-        const seq = frames[1];
-        const payload = frames[2];
-        if (frames.length !== 3 || seq?.length !== 8 || payload === undefined) {
-          this.malformed++;
-          this.#source.warn('malformed engine message skipped', { rank: this.rank, frames: frames.length });
-          continue;
-        }
-        this.#run(this.follower.live({ seq: seq.readBigUInt64BE(), payload, receivedAt: performance.now() }));
-        // More already arrived: it joins what waits, up to the cap.
-        if (this.#sub.closed || !this.#sub.readable) this.#relayWaiting();
-      }
-    } catch (err) {
-      if (!this.#sub.closed) throw err;
-    }
+    await Promise.allSettled([closing, ...this.#fetches.values(), ...this.#resyncs]);
   }
 
   #run(steps: FollowStep[]): void {
@@ -226,7 +311,7 @@ class RankLink {
   /** Relays the waiting batches, as one batch when they decode; else each, skipping what does not. */
   #relayWaiting(): void {
     const batches = this.#waiting;
-    if (batches.length === 0) return;
+    if (batches.length === 0) return this.#reopen();
     this.#waiting = [];
     this.#waitingBytes = 0;
     if (batches.length > 1 && this.#relay(batches.map((b) => b.payload)) === null) {
@@ -240,6 +325,10 @@ class RankLink {
         continue;
       }
       this.undecodable++;
+      // What the feed applied after this batch goes with the rank's state: taken up before the
+      // clear, so that what follows the clear starts after it.
+      const ahead = this.#feed.shut?.();
+      if (ahead && ahead.lastSeq !== null) this.follower.appliedElsewhere(ahead.lastSeq, ahead.batches);
       this.#source.warn('undecodable engine batch skipped; rank cleared', {
         rank: this.rank,
         seq: b.seq.toString(),
@@ -247,6 +336,7 @@ class RankLink {
       });
       this.#run(this.follower.lost());
     }
+    this.#reopen();
   }
 
   #relayed(b: EngineBatch): void {
@@ -270,7 +360,7 @@ class RankLink {
     try {
       last = await (this.#source.options.resync as NonNullable<EngineZmqOptions['resync']>)(this.ranks);
     } catch (err) {
-      if (!this.#sub.closed) {
+      if (!this.#feed.closed) {
         this.#source.warn('loading the state failed; rank cleared', {
           rank: this.ranks.join(','),
           reason,
@@ -278,7 +368,7 @@ class RankLink {
         });
       }
     }
-    if (this.#sub.closed) return;
+    if (this.#feed.closed) return;
     this.#run(last === null ? this.follower.resyncFailed(fetch) : this.follower.resynced(fetch, last));
     this.#relayWaiting();
   }
@@ -306,7 +396,7 @@ class RankLink {
         if (!dealer.readable) this.#relayWaiting();
       }
     } catch (err) {
-      if (!this.#sub.closed) {
+      if (!this.#feed.closed) {
         this.#source.warn('engine replay failed', {
           rank: this.rank,
           from: from.toString(),
@@ -316,7 +406,7 @@ class RankLink {
     } finally {
       dealer.close();
     }
-    if (!this.#sub.closed) {
+    if (!this.#feed.closed) {
       this.#run(this.follower.replayEnded(fetch, ok));
       this.#relayWaiting();
     }

@@ -1,0 +1,63 @@
+import type native from '../../native.js';
+import type { LiveFeed, LiveHandlers } from '../../sources/engine/zmq_source.js';
+
+export type NativeZmqLink = native.NativeZmqLink;
+export type ZmqDelivery = native.ZmqDeliveryOut;
+export type ZmqLinkStats = native.ZmqLinkStatsOut;
+
+/**
+ * A rank's live socket read by a native link (crates/kvplane-zmq) on its own thread: while the
+ * follower is in order (`reopen`), each batch with the next seq is applied to the router index
+ * there, never crossing into JS; the rest (joining, gaps, restarts, reconnects, batches that do
+ * not apply) comes here as it does from zeromq.js, after what the link applied meanwhile.
+ */
+export class NativeZmqFeed implements LiveFeed {
+  readonly more = false;
+  readonly #link: NativeZmqLink;
+  #h: LiveHandlers | null = null;
+  #closed = false;
+
+  /**
+   * `open` starts the link with a delivery callback; `onProgress` is told, at most every 250 ms,
+   * that the link applied batches.
+   */
+  constructor(open: (onDelivery: (d: ZmqDelivery) => void) => NativeZmqLink, onProgress: () => void) {
+    // Deliveries reach JS on a later turn of the event loop: `start` has set the handlers by then.
+    this.#link = open((d) => {
+      const h = this.#h;
+      if (this.#closed || h === null) return;
+      if (d.kind === 'progress') return onProgress();
+      if (d.stintBatches > 0 && d.stintLastSeq != null) h.appliedElsewhere(d.stintLastSeq, d.stintBatches);
+      if (d.kind === 'batch') h.batch(d.seq as bigint, d.payload as Buffer);
+      else if (d.kind === 'connected') h.connected();
+      else if (d.kind === 'disconnected') h.disconnected();
+      else h.malformed(d.frames ?? 0);
+    });
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  start(h: LiveHandlers): void {
+    this.#h = h;
+  }
+
+  reopen(next: bigint): void {
+    if (!this.#closed) this.#link.reopen(next);
+  }
+
+  shut(): { lastSeq: bigint | null; batches: number } {
+    const s = this.#link.shut();
+    return { lastSeq: s.lastSeq ?? null, batches: s.batches };
+  }
+
+  stats(): ZmqLinkStats {
+    return this.#link.stats();
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    this.#link.close();
+  }
+}

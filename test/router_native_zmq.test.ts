@@ -1,0 +1,186 @@
+import { createServer, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Publisher } from 'zeromq';
+import { encodeBatch, type KvEvent, RouterIndex } from '../dist/index.mjs';
+import { freePort, sleep, storedBlock, until } from './fixtures.js';
+
+// A router's ZMQ subscriptions read their publishers with a native link (crates/kvplane-zmq:
+// ZMTP 3.0 in Rust, in-order batches applied on its own thread) unless `zmqReceive: 'js'`. The
+// publishers here are libzmq's (zeromq.js); vLLM's and SGLang's own (pyzmq) are followed the same
+// way in router_engines.test.ts.
+
+const cleanup: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+const W = 7n;
+const tokensOf = (hashes: number[]) => new Uint32Array(hashes.flatMap((h) => Array(16).fill(h)));
+const chain = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+
+/** A libzmq publisher sending vLLM-format batches `[topic, seq, payload]`. */
+async function publisher(endpoint?: string) {
+  const pub = new Publisher({ linger: 0, sendHighWaterMark: 0 });
+  const ep = endpoint ?? `tcp://127.0.0.1:${await freePort()}`;
+  await pub.bind(ep);
+  const send = (seq: number, events: KvEvent[]) =>
+    pub.send([Buffer.alloc(0), seqBytes(seq), encodeBatch({ seq: BigInt(seq), ts: 0, events }, 'vllm')]);
+  return { pub, endpoint: ep, send };
+}
+
+const seqBytes = (seq: number) => {
+  const b = Buffer.alloc(8);
+  b.writeBigUInt64BE(BigInt(seq));
+  return b;
+};
+
+/** Stores `hashes` as a chain under `parent`, one block per batch from `seq`: the next seq. */
+async function sendChain(
+  send: (seq: number, e: KvEvent[]) => Promise<void>,
+  seq: number,
+  hashes: number[],
+  parent: number | null = null,
+) {
+  for (const [i, h] of hashes.entries()) await send(seq + i, [storedBlock(h, i === 0 ? parent : (hashes[i - 1] as number))]);
+  return seq + hashes.length;
+}
+
+function router(zmqReceive: 'native' | 'js' = 'native') {
+  const warnings: string[] = [];
+  const index = new RouterIndex({ blockSize: 16, zmqReceive, onWarning: (m) => warnings.push(m) });
+  cleanup.push(() => index.close());
+  return { index, warnings };
+}
+
+async function follow(index: RouterIndex, endpoint: string) {
+  const sub = index.subscribe(W, { kind: 'zmq', endpoint });
+  await until(() => sub.stats().state === 'live', 'connected');
+  // ZMQ's subscription reaches the publisher just after the connection.
+  await sleep(150);
+  return sub;
+}
+
+const held = (index: RouterIndex, hashes: number[]) => index.findMatches(tokensOf(hashes)).device[0] ?? 0;
+
+describe('native ZMQ link', () => {
+  it('applies an in-order stream on its own thread, to the same index zeromq.js builds', async () => {
+    const dumps = [];
+    for (const mode of ['native', 'js'] as const) {
+      const { pub, endpoint, send } = await publisher();
+      cleanup.push(() => pub.close());
+      const { index } = router(mode);
+      const sub = await follow(index, endpoint);
+      const hashes = chain(1, 300);
+      // The first batches are the follower's (it joins by them); once it is in order, the link
+      // applies what follows.
+      await sendChain(send, 0, hashes.slice(0, 10));
+      await until(() => held(index, hashes) === 10, `${mode}: joined`);
+      const next = await sendChain(send, 10, hashes.slice(10), 10);
+      await until(() => held(index, hashes) === 300, `${mode}: 300 blocks`, 10_000);
+      expect(next).toBe(300);
+      const s = sub.stats();
+      expect(s).toMatchObject({ batches: 300, lastSeq: 299n, dropped: 0, undecodable: 0 });
+      expect(s.events).toBe(300);
+      if (mode === 'native') expect(s.linkBatches).toBe(290);
+      else expect(s.linkBatches).toBe(0);
+      dumps.push(index.dump());
+    }
+    expect(dumps[0]).toEqual(dumps[1]);
+  });
+
+  it('hands a gap to the follower: without replay the worker is cleared, counted, and rebuilt from what follows', async () => {
+    const { pub, endpoint, send } = await publisher();
+    cleanup.push(() => pub.close());
+    const { index, warnings } = router();
+    const sub = await follow(index, endpoint);
+    await sendChain(send, 0, chain(1, 10));
+    await until(() => held(index, chain(1, 10)) === 10, '10 blocks');
+    // Seqs 10..19 never arrive.
+    await sendChain(send, 20, chain(100, 5));
+    await until(() => held(index, chain(100, 5)) === 5, 'the new chain');
+    expect(held(index, chain(1, 10))).toBe(0);
+    expect(sub.stats().recoveries.cleared).toBe(1);
+    expect(warnings).toContain('rank cleared');
+    // In order again: back on the link thread.
+    const before = sub.stats().linkBatches;
+    await sendChain(send, 25, chain(200, 20));
+    await until(() => held(index, chain(200, 20)) === 20, 'after the gap');
+    expect(sub.stats().linkBatches - before).toBeGreaterThanOrEqual(19);
+    expect(sub.stats().lastSeq).toBe(44n);
+  });
+
+  it('reconnects by itself; a publisher whose seqs start over is a restart: no stale block survives', async () => {
+    const first = await publisher();
+    const { index } = router();
+    const sub = await follow(index, first.endpoint);
+    await sendChain(first.send, 0, chain(1, 50));
+    await until(() => held(index, chain(1, 50)) === 50, '50 blocks');
+    await first.pub.close();
+    await until(() => sub.stats().state !== 'live', 'disconnected');
+    // The same address, a new incarnation numbering from 0.
+    const again = await publisher(first.endpoint);
+    cleanup.push(() => again.pub.close());
+    await until(() => sub.stats().state === 'live', 'reconnected', 10_000);
+    await sleep(150);
+    await sendChain(again.send, 0, chain(500, 3));
+    await until(() => held(index, chain(500, 3)) === 3, 'the new incarnation');
+    expect(held(index, chain(1, 50))).toBe(0);
+    const s = sub.stats();
+    expect(s.restarts).toBe(1);
+    expect(s.reconnects).toBeGreaterThanOrEqual(1);
+    expect(s.lastSeq).toBe(2n);
+  });
+
+  it('skips malformed messages and undecodable payloads (counted, worker rebuilt) and keeps following', async () => {
+    const { pub, endpoint, send } = await publisher();
+    cleanup.push(() => pub.close());
+    const { index, warnings } = router();
+    const sub = await follow(index, endpoint);
+    await sendChain(send, 0, chain(1, 5));
+    await until(() => held(index, chain(1, 5)) === 5, '5 blocks');
+    await pub.send([Buffer.alloc(0), Buffer.from([1, 2, 3]), Buffer.from('x')]);
+    await pub.send([Buffer.alloc(0), seqBytes(5)]);
+    await pub.send([Buffer.alloc(0), seqBytes(5), Buffer.from('not msgpack at all')]);
+    await sendChain(send, 6, chain(50, 4));
+    await until(() => held(index, chain(50, 4)) === 4, 'after the bad input');
+    const s = sub.stats();
+    expect(s.undecodable).toBe(1);
+    expect(warnings).toContain('malformed engine message skipped');
+    expect(warnings).toContain('undecodable engine batch skipped; rank cleared');
+    // The bad payload cleared the worker: what came before it is gone, as with zeromq.js.
+    expect(held(index, chain(1, 5))).toBe(0);
+  });
+
+  it('follows an ipc:// publisher', async () => {
+    const { pub, endpoint, send } = await publisher(`ipc://${join(tmpdir(), `kvplane-native-${process.pid}.ipc`)}`);
+    cleanup.push(() => pub.close());
+    const { index } = router();
+    const sub = await follow(index, endpoint);
+    await sendChain(send, 0, chain(1, 2));
+    await until(() => held(index, chain(1, 20)) === 2, 'joined');
+    await sendChain(send, 2, chain(3, 18), 2);
+    await until(() => held(index, chain(1, 20)) === 20, '20 blocks');
+    expect(sub.stats().linkBatches).toBe(18);
+  });
+
+  it('a peer that is not a ZMQ publisher is refused and retried, with the reason in lastError', async () => {
+    const socks = new Set<Socket>();
+    const server = createServer((sock) => {
+      socks.add(sock);
+      sock.end('HTTP/1.1 400 Bad Request\r\n\r\n');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanup.push(() => {
+      server.close();
+      for (const s of socks) s.destroy();
+    });
+    const port = (server.address() as { port: number }).port;
+    const { index } = router();
+    const sub = index.subscribe(W, { kind: 'zmq', endpoint: `tcp://127.0.0.1:${port}` });
+    await until(() => sub.stats().lastError !== null, 'refused');
+    expect(sub.stats().lastError).toMatch(/not a ZMTP 3 socket|early eof/);
+    expect(sub.stats().state).toBe('connecting');
+  });
+});
