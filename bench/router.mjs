@@ -11,6 +11,7 @@
 //     both, and a check that both give the same answers.
 //
 //   node bench/router.mjs [--workers 64] [--queries 400] [--seed 1] [--dynamo-threads 1] [--private-chains 8]
+//                         [--zmq-receive native|js]   (how kvplane reads the ZMQ streams; default native)
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -25,6 +26,7 @@ const SEED = Number(flag('--seed', '1'));
 const DYNAMO_THREADS = flag('--dynamo-threads', '1');
 /** Private chains of 512 blocks per worker (the load's size: 8 gives about 460k memberships over 64 workers). */
 const PRIVATE = flag('--private-chains', '8');
+const ZMQ_RECEIVE = flag('--zmq-receive', 'native');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const TICKS = 100; // clock ticks per second (getconf CLK_TCK)
 
@@ -104,6 +106,8 @@ const kvplane = spawn(
     '127.0.0.1',
     '--port',
     String(kPort),
+    '--zmq-receive',
+    ZMQ_RECEIVE,
   ],
   {
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -210,6 +214,7 @@ try {
     memberships: blocks,
     nodes_send_s: sent.seconds,
     dynamo_threads: Number(DYNAMO_THREADS),
+    kvplane_zmq_receive: ZMQ_RECEIVE,
     private_chains: Number(PRIVATE),
     queries: QUERIES,
     answers_differ: differ,

@@ -170,7 +170,9 @@ describe('kvplane indexer', () => {
       for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 25));
     };
     const cleanup: Array<() => unknown> = [];
-    const node = await serveNode(['--sim-rate', '100'], cleanup);
+    // A small pool: prompts are evicted and cached again as new chains all along, so an indexer
+    // joining a running node (no replay through --workers) sees whole chains soon.
+    const node = await serveNode(['--sim-rate', '100', '--sim-blocks', '256'], cleanup);
     const serving = node.serving as { endpoint: string };
     const stateFile = join(tmpdir(), `kvplane-indexer-${process.pid}.json`);
     const ix = spawn(process.execPath, [
