@@ -90,6 +90,27 @@ describe('native ZMQ link', () => {
     expect(dumps[0]).toEqual(dumps[1]);
   });
 
+  it('a burst while the follower catches up is applied in seq order, each batch once, by whichever side', async () => {
+    const { pub, endpoint, send } = await publisher();
+    cleanup.push(() => pub.close());
+    const { index } = router();
+    const sub = await follow(index, endpoint);
+    // The follower joins by the first batch while the rest queue up behind it: it reopens the
+    // gate past them, and what arrives meanwhile is held until it has read them.
+    const hashes = chain(1, 3000);
+    await sendChain(send, 0, hashes);
+    await until(() => sub.stats().lastSeq === 2999n, 'every batch', 20_000);
+    expect(held(index, hashes)).toBe(3000);
+    const s = sub.stats();
+    expect(s).toMatchObject({ batches: 3000, events: 3000, duplicates: 0, dropped: 0 });
+    expect(index.stats().drops.unknown_parent).toBe(0);
+    // A stream in order after the burst is the link's again.
+    const before = s.linkBatches;
+    await sendChain(send, 3000, chain(5000, 50), 3000);
+    await until(() => sub.stats().lastSeq === 3049n, 'after the burst');
+    expect(sub.stats().linkBatches - before).toBe(50);
+  }, 30_000);
+
   it('hands a gap to the follower: without replay the worker is cleared, counted, and rebuilt from what follows', async () => {
     const { pub, endpoint, send } = await publisher();
     cleanup.push(() => pub.close());

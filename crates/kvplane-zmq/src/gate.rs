@@ -1,9 +1,13 @@
 //! The in-order fast path's gate. A live stream's batches are applied where they are read only
 //! while the stream's follower (in JS) has said where it stands: then each batch with the next
 //! seq is applied at once. Anything else (a gap, a seq that falls back, a reconnect, a batch that
-//! does not apply) is handed to the follower, and the gate stays shut until the follower reopens
-//! it. It may reopen it before reading everything it was handed if what it has not read yet is
-//! only the batches that follow in order: it applies those itself, and the gate opens after them.
+//! does not apply) is handed to the follower, and the gate shuts until the follower reopens it.
+//!
+//! The follower may reopen it with hand-offs still unread. If those are only the live batches
+//! that follow in order, it applies them itself, and the gate holds what arrives meanwhile (in
+//! order after them) until it has read them all; then the held batches are applied and the gate
+//! is open. Anything else still unread keeps it shut. So batches are applied in seq order, each
+//! once, whichever side applies them.
 
 use std::collections::VecDeque;
 
@@ -12,7 +16,9 @@ use std::collections::VecDeque;
 pub enum Route {
   /// Apply it here.
   Apply,
-  /// Hand it to the follower.
+  /// Keep it until the follower has read what it was handed (`hold`).
+  Hold,
+  /// Hand it to the follower (after the held batches: `take_held`).
   Forward,
 }
 
@@ -26,25 +32,60 @@ pub struct Stint {
   pub batches: u64,
 }
 
-#[derive(Debug, Default)]
+/// A held live batch: its seq and payload.
+pub type Held = (u64, Vec<u8>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum State {
+  #[default]
+  Shut,
+  /// Reopened with `until` hand-offs queued: batches are held until the follower read them.
+  Pending { until: u64 },
+  Open,
+}
+
+/// What `reopen` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reopened {
+  /// Still shut: something other than in-order batches is unread.
+  Shut,
+  /// Holding until the follower has read what it was handed.
+  Pending,
+  /// Open; apply these held batches first, in order (`applied` each, or hand over the rest).
+  Open(Vec<Held>),
+}
+
+#[derive(Debug)]
 pub struct Gate {
-  open: bool,
+  state: State,
+  /// Open: the seq applied next. Pending: the seq held next.
   expected: u64,
   stint: Stint,
   /// Hand-offs queued for the follower so far.
   handed: u64,
   /// The hand-offs not known to be read: their number and, for a live batch, its seq.
   queued: VecDeque<(u64, Option<u64>)>,
+  held: Vec<Held>,
+  max_held: usize,
 }
 
 impl Gate {
-  /// Shut: everything goes to the follower until it opens the gate.
-  pub fn new() -> Self {
-    Gate::default()
+  /// Shut: everything goes to the follower until it opens the gate. At most `max_held` batches
+  /// are held; one more is handed over (with the held ones) instead.
+  pub fn new(max_held: usize) -> Self {
+    Gate {
+      state: State::Shut,
+      expected: 0,
+      stint: Stint::default(),
+      handed: 0,
+      queued: VecDeque::new(),
+      held: Vec::new(),
+      max_held,
+    }
   }
 
   pub fn is_open(&self) -> bool {
-    self.open
+    self.state == State::Open
   }
 
   /// What was applied here since the last hand-off.
@@ -54,11 +95,17 @@ impl Gate {
 
   /// Where a live batch with `seq` goes.
   pub fn route(&self, seq: u64) -> Route {
-    if self.open && seq == self.expected {
-      Route::Apply
-    } else {
-      Route::Forward
+    match self.state {
+      State::Open if seq == self.expected => Route::Apply,
+      State::Pending { .. } if seq == self.expected && self.held.len() < self.max_held => Route::Hold,
+      _ => Route::Forward,
     }
+  }
+
+  /// Keeps a batch `route` said to hold.
+  pub fn hold(&mut self, seq: u64, payload: Vec<u8>) {
+    self.held.push((seq, payload));
+    self.expected = seq.wrapping_add(1);
   }
 
   /// `seq` was applied here.
@@ -68,10 +115,17 @@ impl Gate {
     self.stint.batches += 1;
   }
 
-  /// Something is handed to the follower (a live batch: its seq): the gate shuts, and what was
-  /// applied here since the last hand-off goes with it.
+  /// Before anything is handed to the follower: the held batches, to be handed over first, in
+  /// order. The gate shuts.
+  pub fn take_held(&mut self) -> Vec<Held> {
+    self.state = State::Shut;
+    std::mem::take(&mut self.held)
+  }
+
+  /// Something is handed to the follower (a live batch: its seq), after `take_held`: the gate
+  /// shuts, and what was applied here since the last hand-off goes with it.
   pub fn hand_off(&mut self, batch_seq: Option<u64>) -> Stint {
-    self.open = false;
+    self.state = State::Shut;
     self.handed += 1;
     self.queued.push_back((self.handed, batch_seq));
     std::mem::take(&mut self.stint)
@@ -85,11 +139,12 @@ impl Gate {
     self.stint = stint;
   }
 
-  /// The follower takes over without a hand-off (it could not apply a batch it was handed while
-  /// the gate was open after it): the gate shuts, and what was applied here goes to it now.
-  pub fn shut(&mut self) -> Stint {
-    self.open = false;
-    std::mem::take(&mut self.stint)
+  /// The follower takes over without a hand-off (it could not apply a batch it was handed): the
+  /// gate shuts. What was applied here since the last hand-off, and the held batches, to be
+  /// handed over.
+  pub fn shut(&mut self) -> (Stint, Vec<Held>) {
+    self.state = State::Shut;
+    (std::mem::take(&mut self.stint), std::mem::take(&mut self.held))
   }
 
   /// Hand-offs queued and not read yet, `read` of those queued so far having been read.
@@ -104,24 +159,36 @@ impl Gate {
     }
   }
 
-  /// The follower, having read `read` hand-offs, expects `next`: the gate opens if what it has
-  /// not read is only live batches from `next` on, in order (it applies those; the gate expects
-  /// the one after them). An open gate stays as it is.
-  pub fn reopen(&mut self, next: u64, read: u64) -> bool {
-    if self.open {
-      return true;
-    }
-    self.forget_read(read);
-    let mut expected = next;
-    for &(_, seq) in &self.queued {
-      if seq != Some(expected) {
-        return false;
+  /// The follower, having read `read` hand-offs, expects `next`. Shut: it opens if nothing is
+  /// unread, or holds from after the unread hand-offs if they are only live batches from `next`
+  /// on, in order. Holding: it opens once `read` covers them. Open: nothing changes.
+  pub fn reopen(&mut self, next: u64, read: u64) -> Reopened {
+    match self.state {
+      State::Open => Reopened::Open(Vec::new()),
+      State::Pending { until } if read >= until => {
+        self.state = State::Open;
+        Reopened::Open(std::mem::take(&mut self.held))
       }
-      expected = expected.wrapping_add(1);
+      State::Pending { .. } => Reopened::Pending,
+      State::Shut => {
+        self.forget_read(read);
+        let mut expected = next;
+        for &(_, seq) in &self.queued {
+          if seq != Some(expected) {
+            return Reopened::Shut;
+          }
+          expected = expected.wrapping_add(1);
+        }
+        self.expected = expected;
+        if self.queued.is_empty() {
+          self.state = State::Open;
+          Reopened::Open(Vec::new())
+        } else {
+          self.state = State::Pending { until: self.handed };
+          Reopened::Pending
+        }
+      }
     }
-    self.open = true;
-    self.expected = expected;
-    true
   }
 }
 
@@ -129,117 +196,125 @@ impl Gate {
 mod tests {
   use super::*;
 
+  fn open(g: &mut Gate, next: u64, read: u64) -> bool {
+    matches!(g.reopen(next, read), Reopened::Open(h) if h.is_empty())
+  }
+
   #[test]
   fn shut_until_reopened() {
-    let mut g = Gate::new();
+    let mut g = Gate::new(8);
     assert_eq!(g.route(0), Route::Forward);
     g.hand_off(None);
-    assert!(!g.reopen(0, 0), "a connect is unread");
-    assert!(g.reopen(0, 1));
+    assert_eq!(g.reopen(0, 0), Reopened::Shut, "a connect is unread");
+    assert!(open(&mut g, 0, 1));
     assert_eq!(g.route(0), Route::Apply);
+    assert_eq!(g.route(1), Route::Forward);
   }
 
   #[test]
   fn a_control_hand_off_unread_keeps_it_shut() {
-    let mut g = Gate::new();
+    let mut g = Gate::new(8);
     g.hand_off(Some(0));
     g.hand_off(None);
-    assert!(!g.reopen(1, 1), "a reconnect is unread");
-    assert!(g.reopen(1, 2));
+    assert_eq!(g.reopen(1, 1), Reopened::Shut);
+    assert!(open(&mut g, 1, 2));
     assert_eq!(g.route(1), Route::Apply);
-    assert_eq!(g.route(2), Route::Forward);
   }
 
   #[test]
-  fn reopens_past_unread_batches_that_follow_in_order() {
-    let mut g = Gate::new();
+  fn holds_after_unread_batches_that_follow_in_order_until_they_are_read() {
+    let mut g = Gate::new(8);
     for seq in 0..5 {
       g.hand_off(Some(seq));
     }
     // The follower read batch 0 and expects 1; 1..4 are queued for it.
-    assert!(g.reopen(1, 1));
+    assert_eq!(g.reopen(1, 1), Reopened::Pending);
     assert_eq!(g.route(4), Route::Forward);
-    assert_eq!(g.route(5), Route::Apply);
+    assert_eq!(g.route(5), Route::Hold);
+    g.hold(5, vec![5]);
+    g.hold(6, vec![6]);
+    assert_eq!(g.route(8), Route::Forward, "out of order: handed over after the held ones");
+    assert_eq!(g.reopen(3, 3), Reopened::Pending, "2 of the 5 hand-offs read");
+    assert_eq!(g.reopen(5, 5), Reopened::Open(vec![(5, vec![5]), (6, vec![6])]));
+    g.applied(5);
+    g.applied(6);
+    assert_eq!(g.route(7), Route::Apply);
+    assert_eq!(g.stint(), Stint { last_seq: Some(6), batches: 2 });
+  }
+
+  #[test]
+  fn holding_is_bounded() {
+    let mut g = Gate::new(1);
+    g.hand_off(Some(0));
+    g.hand_off(Some(1));
+    assert_eq!(g.reopen(1, 1), Reopened::Pending);
+    g.hold(2, vec![]);
+    assert_eq!(g.route(3), Route::Forward);
+    assert_eq!(g.take_held(), vec![(2, vec![])]);
+    assert!(!g.is_open());
   }
 
   #[test]
   fn unread_batches_out_of_order_keep_it_shut() {
-    let mut g = Gate::new();
+    let mut g = Gate::new(8);
     g.hand_off(Some(0));
     g.hand_off(Some(2));
-    assert!(!g.reopen(1, 1));
-    assert!(g.reopen(3, 2));
+    assert_eq!(g.reopen(1, 1), Reopened::Shut);
+    assert!(open(&mut g, 3, 2));
   }
 
   #[test]
   fn in_order_batches_apply_and_a_gap_hands_off_the_stint() {
-    let mut g = Gate::new();
-    assert!(g.reopen(5, 0));
+    let mut g = Gate::new(8);
+    assert!(open(&mut g, 5, 0));
     for seq in 5..9 {
       assert_eq!(g.route(seq), Route::Apply);
       g.applied(seq);
     }
     assert_eq!(g.route(10), Route::Forward);
+    assert!(g.take_held().is_empty());
     let s = g.hand_off(Some(10));
-    assert_eq!(
-      s,
-      Stint {
-        last_seq: Some(8),
-        batches: 4
-      }
-    );
+    assert_eq!(s, Stint { last_seq: Some(8), batches: 4 });
     assert!(!g.is_open());
-    assert_eq!(
-      g.route(9),
-      Route::Forward,
-      "shut until the follower reopens it"
-    );
+    assert_eq!(g.route(9), Route::Forward, "shut until the follower reopens it");
     assert_eq!(g.hand_off(None), Stint::default());
-    assert!(!g.reopen(11, 1));
-    assert!(g.reopen(11, 2));
+    assert_eq!(g.reopen(11, 1), Reopened::Shut);
+    assert!(open(&mut g, 11, 2));
   }
 
   #[test]
   fn a_dropped_hand_off_is_not_waited_for() {
-    let mut g = Gate::new();
-    g.reopen(0, 0);
+    let mut g = Gate::new(8);
+    assert!(open(&mut g, 0, 0));
     g.applied(0);
     let first = g.hand_off(Some(5));
     let stint = g.hand_off(Some(6));
     g.hand_off_dropped(stint);
-    assert_eq!(
-      first,
-      Stint {
-        last_seq: Some(0),
-        batches: 1
-      }
-    );
+    assert_eq!(first, Stint { last_seq: Some(0), batches: 1 });
     assert_eq!(g.unread(0), 1);
-    assert!(g.reopen(6, 1));
+    assert!(open(&mut g, 6, 1));
     assert_eq!(g.route(6), Route::Apply);
   }
 
   #[test]
-  fn shut_takes_the_stint() {
-    let mut g = Gate::new();
-    g.reopen(3, 0);
+  fn shut_takes_the_stint_and_the_held() {
+    let mut g = Gate::new(8);
+    assert!(open(&mut g, 3, 0));
     g.applied(3);
     g.applied(4);
-    assert_eq!(
-      g.shut(),
-      Stint {
-        last_seq: Some(4),
-        batches: 2
-      }
-    );
+    assert_eq!(g.shut(), (Stint { last_seq: Some(4), batches: 2 }, vec![]));
     assert_eq!(g.route(5), Route::Forward);
-    assert_eq!(g.stint(), Stint::default());
+    g.hand_off(Some(5));
+    g.hand_off(Some(6));
+    assert_eq!(g.reopen(6, 1), Reopened::Pending);
+    g.hold(7, vec![7]);
+    assert_eq!(g.shut(), (Stint::default(), vec![(7, vec![7])]));
   }
 
   #[test]
   fn a_fallen_back_seq_is_forwarded() {
-    let mut g = Gate::new();
-    g.reopen(100, 0);
+    let mut g = Gate::new(8);
+    assert!(open(&mut g, 100, 0));
     g.applied(100);
     assert_eq!(g.route(0), Route::Forward);
     assert_eq!(g.route(100), Route::Forward);

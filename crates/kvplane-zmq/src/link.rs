@@ -2,7 +2,7 @@
 //! here while the follower's gate is open and handed to the follower otherwise.
 
 use crate::endpoint::Endpoint;
-use crate::gate::{Gate, Route, Stint};
+use crate::gate::{Gate, Held, Reopened, Route, Stint};
 use crate::runtime;
 use crate::zmtp;
 use std::io;
@@ -96,9 +96,17 @@ pub struct LinkStats {
   pub last_error: Option<String>,
 }
 
-#[derive(Default)]
+/// The gate and what applies batches, under one lock: whichever thread applies (the link's, or
+/// the follower's when it reopens the gate), batches are applied in the gate's order.
+struct Inner {
+  gate: Gate,
+  apply: Box<dyn Apply>,
+}
+
 struct Shared {
-  gate: Mutex<Gate>,
+  inner: Mutex<Inner>,
+  deliver: Box<dyn Deliver>,
+  max_unread: u64,
   /// Hand-offs the follower has read.
   read: AtomicU64,
   connected: AtomicBool,
@@ -111,12 +119,69 @@ struct Shared {
 }
 
 impl Shared {
-  fn gate(&self) -> MutexGuard<'_, Gate> {
-    self.gate.lock().unwrap_or_else(|p| p.into_inner())
+  fn inner(&self) -> MutexGuard<'_, Inner> {
+    self.inner.lock().unwrap_or_else(|p| p.into_inner())
   }
 
   fn set_error(&self, e: String) {
     *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+  }
+
+  /// Applies a payload: its events, or `None` (a panic counts as not applied; the batch goes to
+  /// the follower, which counts it).
+  fn apply(inner: &mut Inner, payload: &[u8]) -> Option<u32> {
+    match catch_unwind(AssertUnwindSafe(|| inner.apply.apply(payload))) {
+      Ok(Ok(events)) => Some(events),
+      _ => None,
+    }
+  }
+
+  fn count_applied(&self, events: u32) {
+    self.batches.fetch_add(1, Relaxed);
+    self.events.fetch_add(events as u64, Relaxed);
+  }
+
+  /// Hands `h` to the follower, after the held batches.
+  fn forward(&self, inner: &mut Inner, h: HandOff) {
+    for (seq, payload) in inner.gate.take_held() {
+      self.hand_off(inner, HandOff::Batch { seq, payload });
+    }
+    self.hand_off(inner, h);
+  }
+
+  /// Queues one hand-off. A live batch beyond `max_unread` unread is dropped instead (counted):
+  /// the follower sees the gap it leaves.
+  fn hand_off(&self, inner: &mut Inner, h: HandOff) {
+    let gate = &mut inner.gate;
+    let full = gate.unread(self.read.load(Relaxed)) >= self.max_unread;
+    let seq = match &h {
+      HandOff::Batch { seq, .. } => Some(*seq),
+      _ => None,
+    };
+    let stint = gate.hand_off(seq);
+    if full && seq.is_some() {
+      gate.hand_off_dropped(stint);
+      self.dropped.fetch_add(1, Relaxed);
+      return;
+    }
+    self.deliver.deliver(Delivery::HandOff(stint, h));
+  }
+
+  /// Applies held batches in order; the first that does not apply goes to the follower, and
+  /// the rest after it.
+  fn apply_held(&self, inner: &mut Inner, held: Vec<Held>) {
+    let mut rest = held.into_iter();
+    while let Some((seq, payload)) = rest.next() {
+      if let Some(events) = Shared::apply(inner, &payload) {
+        inner.gate.applied(seq);
+        self.count_applied(events);
+        continue;
+      }
+      self.hand_off(inner, HandOff::Batch { seq, payload });
+      for (seq, payload) in rest.by_ref() {
+        self.hand_off(inner, HandOff::Batch { seq, payload });
+      }
+    }
   }
 }
 
@@ -129,41 +194,66 @@ pub struct Link {
 impl Link {
   /// Starts following `opts.endpoint`: the gate is shut until the follower opens it.
   pub fn spawn(opts: LinkOptions, apply: impl Apply, deliver: impl Deliver) -> Link {
-    let shared = Arc::new(Shared::default());
-    let task = runtime::handle().spawn(run(opts, shared.clone(), apply, deliver));
+    let shared = Arc::new(Shared {
+      inner: Mutex::new(Inner {
+        gate: Gate::new(opts.max_unread as usize),
+        apply: Box::new(apply),
+      }),
+      deliver: Box::new(deliver),
+      max_unread: opts.max_unread,
+      read: AtomicU64::new(0),
+      connected: AtomicBool::new(false),
+      connects: AtomicU64::new(0),
+      batches: AtomicU64::new(0),
+      events: AtomicU64::new(0),
+      last_applied_ms: AtomicU64::new(0),
+      dropped: AtomicU64::new(0),
+      last_error: Mutex::new(None),
+    });
+    let task = runtime::handle().spawn(run(opts, shared.clone()));
     Link { shared, task }
   }
 
-  /// The follower read a hand-off (call it as each is received, before acting on it).
-  pub fn read_one(&self) {
-    self.shared.read.fetch_add(1, Relaxed);
-  }
-
-  /// A counter the receiving side can hold to call `read_one` without the link.
+  /// A counter the receiving side holds to call `read_one` for each hand-off as it receives it,
+  /// before acting on it.
   pub fn reader(&self) -> Reader {
     Reader(self.shared.clone())
   }
 
   /// The follower has applied everything up to `next - 1`, holds nothing and expects `next`:
   /// batches from `next` on are applied here, once those already handed to it (if only in-order
-  /// batches are) are past. False if something else is still unread (it tries again after).
+  /// batches are) are read; what arrives meanwhile is held. False if something else is unread
+  /// (it tries again after reading it).
   pub fn reopen(&self, next: u64) -> bool {
-    let mut gate = self.shared.gate();
+    let mut inner = self.shared.inner();
     // Under the gate's lock: no hand-off is queued meanwhile.
-    gate.reopen(next, self.shared.read.load(Relaxed))
+    match inner.gate.reopen(next, self.shared.read.load(Relaxed)) {
+      Reopened::Shut => false,
+      Reopened::Pending => true,
+      Reopened::Open(held) => {
+        self.shared.apply_held(&mut inner, held);
+        true
+      }
+    }
   }
 
   /// The follower takes over without a hand-off: nothing more is applied here until it reopens
-  /// the gate. What was applied here since the last hand-off.
+  /// the gate, and the held batches are handed to it. What was applied here since the last
+  /// hand-off.
   pub fn shut(&self) -> Stint {
-    self.shared.gate().shut()
+    let mut inner = self.shared.inner();
+    let (stint, held) = inner.gate.shut();
+    for (seq, payload) in held {
+      self.shared.hand_off(&mut inner, HandOff::Batch { seq, payload });
+    }
+    stint
   }
 
   pub fn stats(&self) -> LinkStats {
     let s = &self.shared;
     let (gate_open, stint) = {
-      let g = s.gate();
-      (g.is_open(), g.stint())
+      let i = s.inner();
+      (i.gate.is_open(), i.gate.stint())
     };
     LinkStats {
       connected: s.connected.load(Relaxed),
@@ -174,11 +264,7 @@ impl Link {
       dropped: s.dropped.load(Relaxed),
       gate_open,
       stint_last_seq: stint.last_seq,
-      last_error: s
-        .last_error
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone(),
+      last_error: s.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
     }
   }
 
@@ -204,7 +290,7 @@ impl Reader {
   }
 }
 
-async fn run(opts: LinkOptions, shared: Arc<Shared>, mut apply: impl Apply, deliver: impl Deliver) {
+async fn run(opts: LinkOptions, shared: Arc<Shared>) {
   let mut wait = opts.reconnect_min;
   loop {
     let outcome = match &opts.endpoint {
@@ -212,13 +298,13 @@ async fn run(opts: LinkOptions, shared: Arc<Shared>, mut apply: impl Apply, deli
         match tokio::net::TcpStream::connect((host.as_str(), *port)).await {
           Ok(s) => {
             let _ = s.set_nodelay(true);
-            session(s, &opts, &shared, &mut apply, &deliver).await
+            session(s, &opts, &shared).await
           }
           Err(e) => Err((false, format!("connect: {e}"))),
         }
       }
       Endpoint::Ipc { path } => match tokio::net::UnixStream::connect(path).await {
-        Ok(s) => session(s, &opts, &shared, &mut apply, &deliver).await,
+        Ok(s) => session(s, &opts, &shared).await,
         Err(e) => Err((false, format!("connect: {e}"))),
       },
     };
@@ -229,7 +315,7 @@ async fn run(opts: LinkOptions, shared: Arc<Shared>, mut apply: impl Apply, deli
     shared.set_error(format!("{}: {reason}", opts.endpoint));
     if was_up {
       shared.connected.store(false, Relaxed);
-      hand_off(&shared, &deliver, HandOff::Disconnected { reason });
+      shared.forward(&mut shared.inner(), HandOff::Disconnected { reason });
       wait = opts.reconnect_min;
     }
     tokio::time::sleep(wait).await;
@@ -239,42 +325,11 @@ async fn run(opts: LinkOptions, shared: Arc<Shared>, mut apply: impl Apply, deli
   }
 }
 
-/// Queues a hand-off; a live batch beyond `max_unread` unread is dropped instead (counted).
-fn hand_off(shared: &Shared, deliver: &impl Deliver, h: HandOff) -> bool {
-  let mut gate = shared.gate();
-  hand_off_locked(shared, &mut gate, deliver, h, u64::MAX)
-}
-
-fn hand_off_locked(
-  shared: &Shared,
-  gate: &mut Gate,
-  deliver: &impl Deliver,
-  h: HandOff,
-  max_unread: u64,
-) -> bool {
-  let full = gate.unread(shared.read.load(Relaxed)) >= max_unread;
-  let seq = match &h {
-    HandOff::Batch { seq, .. } => Some(*seq),
-    _ => None,
-  };
-  let stint = gate.hand_off(seq);
-  if full && seq.is_some() {
-    // The gate is shut all the same: the follower sees the gap this leaves.
-    gate.hand_off_dropped(stint);
-    shared.dropped.fetch_add(1, Relaxed);
-    return false;
-  }
-  deliver.deliver(Delivery::HandOff(stint, h));
-  true
-}
-
 /// One connection: handshake, then messages until it is lost. `Err((was_up, why))`.
 async fn session<S: AsyncRead + AsyncWrite + Unpin>(
   stream: S,
   opts: &LinkOptions,
   shared: &Shared,
-  apply: &mut impl Apply,
-  deliver: &impl Deliver,
 ) -> Result<(), (bool, String)> {
   let (r, mut w) = tokio::io::split(stream);
   let mut r = BufReader::with_capacity(256 << 10, r);
@@ -292,10 +347,7 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let kind = zmtp::peer_socket_type(&body).map_err(|e| (false, e.0))?;
     if kind != "PUB" && kind != "XPUB" {
-      return Err((
-        false,
-        format!("the peer is a {kind} socket, not a publisher"),
-      ));
+      return Err((false, format!("the peer is a {kind} socket, not a publisher")));
     }
     let mut sub = Vec::new();
     zmtp::subscribe(&opts.topic, &mut sub);
@@ -305,7 +357,7 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
   .map_err(|_| (false, "no handshake in time".to_string()))??;
   shared.connects.fetch_add(1, Relaxed);
   shared.connected.store(true, Relaxed);
-  hand_off(shared, deliver, HandOff::Connected);
+  shared.forward(&mut shared.inner(), HandOff::Connected);
 
   let up = |e: io::Error| (true, e.to_string());
   let mut frames: Vec<Vec<u8>> = Vec::with_capacity(3);
@@ -325,39 +377,30 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
     let seq = match msg.get(1) {
       Some(s) if msg.len() == 3 && s.len() == 8 => u64::from_be_bytes(s[..].try_into().unwrap()),
       _ => {
-        hand_off(
-          shared,
-          deliver,
-          HandOff::Malformed {
-            frames: msg.len() as u32,
-          },
-        );
+        let frames = msg.len() as u32;
+        shared.forward(&mut shared.inner(), HandOff::Malformed { frames });
         continue;
       }
     };
     let payload = msg.into_iter().nth(2).unwrap_or_default();
-    let mut gate = shared.gate();
-    if gate.route(seq) == Route::Apply {
-      if let Ok(Ok(events)) = catch_unwind(AssertUnwindSafe(|| apply.apply(&payload))) {
-        gate.applied(seq);
-        drop(gate);
-        shared.batches.fetch_add(1, Relaxed);
-        shared.events.fetch_add(events as u64, Relaxed);
-        if last_progress.elapsed() >= Duration::from_millis(250) {
-          last_progress = Instant::now();
-          shared.last_applied_ms.store(now_ms(), Relaxed);
-          deliver.deliver(Delivery::Progress);
+    let mut inner = shared.inner();
+    match inner.gate.route(seq) {
+      Route::Apply => match Shared::apply(&mut inner, &payload) {
+        Some(events) => {
+          inner.gate.applied(seq);
+          drop(inner);
+          shared.count_applied(events);
+          if last_progress.elapsed() >= Duration::from_millis(250) {
+            last_progress = Instant::now();
+            shared.last_applied_ms.store(now_ms(), Relaxed);
+            shared.deliver.deliver(Delivery::Progress);
+          }
         }
-        continue;
-      }
+        None => shared.forward(&mut inner, HandOff::Batch { seq, payload }),
+      },
+      Route::Hold => inner.gate.hold(seq, payload),
+      Route::Forward => shared.forward(&mut inner, HandOff::Batch { seq, payload }),
     }
-    hand_off_locked(
-      shared,
-      &mut gate,
-      deliver,
-      HandOff::Batch { seq, payload },
-      opts.max_unread,
-    );
   }
 }
 
