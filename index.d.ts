@@ -630,6 +630,8 @@ export interface ZmqLinkStatsOut {
   gateOpen: boolean
   /** The last seq applied on the link thread that JS has not been told of yet. */
   stintLastSeq?: bigint
+  /** Held batches skipped as already applied from a replay. */
+  duplicates: number
   lastError?: string
 }
 

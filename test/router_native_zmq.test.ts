@@ -83,7 +83,8 @@ describe('native ZMQ link', () => {
       const s = sub.stats();
       expect(s).toMatchObject({ batches: 300, lastSeq: 299n, dropped: 0, undecodable: 0 });
       expect(s.events).toBe(300);
-      if (mode === 'native') expect(s.linkBatches).toBe(290);
+      // Only the batch the follower joins by is applied in JS.
+      if (mode === 'native') expect(s.linkBatches).toBe(299);
       else expect(s.linkBatches).toBe(0);
       dumps.push(index.dump());
     }
@@ -183,7 +184,7 @@ describe('native ZMQ link', () => {
     await until(() => held(index, chain(1, 20)) === 2, 'joined');
     await sendChain(send, 2, chain(3, 18), 2);
     await until(() => held(index, chain(1, 20)) === 20, '20 blocks');
-    expect(sub.stats().linkBatches).toBe(18);
+    expect(sub.stats().linkBatches).toBe(19);
   });
 
   it('a peer that is not a ZMQ publisher is refused and retried, with the reason in lastError', async () => {

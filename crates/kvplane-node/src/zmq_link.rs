@@ -55,6 +55,8 @@ pub struct ZmqLinkStatsOut {
   pub gate_open: bool,
   /// The last seq applied on the link thread that JS has not been told of yet.
   pub stint_last_seq: Option<BigInt>,
+  /// Held batches skipped as already applied from a replay.
+  pub duplicates: f64,
   pub last_error: Option<String>,
 }
 
@@ -215,6 +217,7 @@ impl NativeZmqLink {
       dropped: s.dropped as f64,
       gate_open: s.gate_open,
       stint_last_seq: s.stint_last_seq.map(BigInt::from),
+      duplicates: s.duplicates as f64,
       last_error: s.last_error,
     }
   }

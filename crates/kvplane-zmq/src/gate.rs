@@ -3,11 +3,16 @@
 //! seq is applied at once. Anything else (a gap, a seq that falls back, a reconnect, a batch that
 //! does not apply) is handed to the follower, and the gate shuts until the follower reopens it.
 //!
+//! While shut, live batches that follow the last one handed over in order are held here rather
+//! than handed over one by one (a follower catching up, or fetching a replay, does not need them
+//! yet). When the follower reopens the gate at `next`, the held batches from `next` on are
+//! applied here (those before it were applied from the replay: skipped, counted); if they start
+//! after `next`, they are handed over, and the follower sees the gap.
+//!
 //! The follower may reopen it with hand-offs still unread. If those are only the live batches
-//! that follow in order, it applies them itself, and the gate holds what arrives meanwhile (in
-//! order after them) until it has read them all; then the held batches are applied and the gate
-//! is open. Anything else still unread keeps it shut. So batches are applied in seq order, each
-//! once, whichever side applies them.
+//! that follow in order, it applies them itself, and the gate goes on holding until it has read
+//! them all; then the held batches are applied and the gate is open. Anything else still unread
+//! keeps it shut. So batches are applied in seq order, each once, whichever side applies them.
 
 use std::collections::VecDeque;
 
@@ -40,7 +45,9 @@ enum State {
   #[default]
   Shut,
   /// Reopened with `until` hand-offs queued: batches are held until the follower read them.
-  Pending { until: u64 },
+  Pending {
+    until: u64,
+  },
   Open,
 }
 
@@ -49,6 +56,9 @@ enum State {
 pub enum Reopened {
   /// Still shut: something other than in-order batches is unread.
   Shut,
+  /// Still shut: the held batches start after the seq the follower expects. Hand them over
+  /// (`take_held`): it sees the gap.
+  Gap,
   /// Holding until the follower has read what it was handed.
   Pending,
   /// Open; apply these held batches first, in order (`applied` each, or hand over the rest).
@@ -66,7 +76,11 @@ pub struct Gate {
   /// The hand-offs not known to be read: their number and, for a live batch, its seq.
   queued: VecDeque<(u64, Option<u64>)>,
   held: Vec<Held>,
+  /// Shut or pending: the seq that is held if it comes next (`None`: the next batch is handed over).
+  hold_next: Option<u64>,
   max_held: usize,
+  /// Held batches skipped because the follower had them already (from a replay).
+  duplicates: u64,
 }
 
 impl Gate {
@@ -80,7 +94,9 @@ impl Gate {
       handed: 0,
       queued: VecDeque::new(),
       held: Vec::new(),
+      hold_next: None,
       max_held,
+      duplicates: 0,
     }
   }
 
@@ -93,11 +109,17 @@ impl Gate {
     self.stint
   }
 
+  /// Held batches skipped as already applied by the follower.
+  pub fn duplicates(&self) -> u64 {
+    self.duplicates
+  }
+
   /// Where a live batch with `seq` goes.
   pub fn route(&self, seq: u64) -> Route {
     match self.state {
       State::Open if seq == self.expected => Route::Apply,
-      State::Pending { .. } if seq == self.expected && self.held.len() < self.max_held => Route::Hold,
+      State::Open => Route::Forward,
+      _ if self.hold_next == Some(seq) && self.held.len() < self.max_held => Route::Hold,
       _ => Route::Forward,
     }
   }
@@ -105,7 +127,7 @@ impl Gate {
   /// Keeps a batch `route` said to hold.
   pub fn hold(&mut self, seq: u64, payload: Vec<u8>) {
     self.held.push((seq, payload));
-    self.expected = seq.wrapping_add(1);
+    self.hold_next = Some(seq.wrapping_add(1));
   }
 
   /// `seq` was applied here.
@@ -126,6 +148,8 @@ impl Gate {
   /// shuts, and what was applied here since the last hand-off goes with it.
   pub fn hand_off(&mut self, batch_seq: Option<u64>) -> Stint {
     self.state = State::Shut;
+    // What follows a batch handed over in order is held; after anything else, handed over.
+    self.hold_next = batch_seq.map(|s| s.wrapping_add(1));
     self.handed += 1;
     self.queued.push_back((self.handed, batch_seq));
     std::mem::take(&mut self.stint)
@@ -144,13 +168,25 @@ impl Gate {
   /// handed over.
   pub fn shut(&mut self) -> (Stint, Vec<Held>) {
     self.state = State::Shut;
-    (std::mem::take(&mut self.stint), std::mem::take(&mut self.held))
+    self.hold_next = None;
+    (
+      std::mem::take(&mut self.stint),
+      std::mem::take(&mut self.held),
+    )
   }
 
   /// Hand-offs queued and not read yet, `read` of those queued so far having been read.
   pub fn unread(&mut self, read: u64) -> u64 {
     self.forget_read(read);
     self.handed.saturating_sub(read)
+  }
+
+  /// Opens: the seq after the held batches is applied next, once they are (by the caller).
+  fn open_after_held(&mut self) -> Reopened {
+    self.state = State::Open;
+    self.expected = self.hold_next.unwrap_or(self.expected);
+    self.hold_next = None;
+    Reopened::Open(std::mem::take(&mut self.held))
   }
 
   fn forget_read(&mut self, read: u64) {
@@ -165,24 +201,32 @@ impl Gate {
   pub fn reopen(&mut self, next: u64, read: u64) -> Reopened {
     match self.state {
       State::Open => Reopened::Open(Vec::new()),
-      State::Pending { until } if read >= until => {
-        self.state = State::Open;
-        Reopened::Open(std::mem::take(&mut self.held))
-      }
+      State::Pending { until } if read >= until => self.open_after_held(),
       State::Pending { .. } => Reopened::Pending,
       State::Shut => {
         self.forget_read(read);
-        let mut expected = next;
+        let mut after = next;
         for &(_, seq) in &self.queued {
-          if seq != Some(expected) {
+          if seq != Some(after) {
             return Reopened::Shut;
           }
-          expected = expected.wrapping_add(1);
+          after = after.wrapping_add(1);
         }
-        self.expected = expected;
+        // Held batches the follower has applied already (a replay went past them).
+        let dup = self
+          .held
+          .iter()
+          .take_while(|&&(seq, _)| seq < after)
+          .count();
+        self.held.drain(..dup);
+        self.duplicates += dup as u64;
+        match self.held.first() {
+          Some(&(seq, _)) if seq != after => return Reopened::Gap,
+          Some(_) => {}
+          None => self.hold_next = Some(after),
+        }
         if self.queued.is_empty() {
-          self.state = State::Open;
-          Reopened::Open(Vec::new())
+          self.open_after_held()
         } else {
           self.state = State::Pending { until: self.handed };
           Reopened::Pending
@@ -212,6 +256,59 @@ mod tests {
   }
 
   #[test]
+  fn shut_holds_what_follows_the_last_batch_handed_over() {
+    let mut g = Gate::new(8);
+    assert_eq!(g.route(10), Route::Forward, "nothing handed over yet");
+    g.hand_off(Some(10));
+    assert_eq!(g.route(11), Route::Hold);
+    g.hold(11, vec![11]);
+    g.hold(12, vec![12]);
+    assert_eq!(g.route(14), Route::Forward);
+    // The follower applied 10 and expects 11: the held batches are applied here, then it is open.
+    assert_eq!(
+      g.reopen(11, 1),
+      Reopened::Open(vec![(11, vec![11]), (12, vec![12])])
+    );
+    g.applied(11);
+    g.applied(12);
+    assert_eq!(g.route(13), Route::Apply);
+  }
+
+  #[test]
+  fn held_batches_a_replay_went_past_are_skipped() {
+    let mut g = Gate::new(8);
+    g.hand_off(Some(10));
+    g.hold(11, vec![]);
+    g.hold(12, vec![]);
+    g.hold(13, vec![]);
+    // The follower held 10, fetched 0..12 from the replay, and expects 13.
+    assert_eq!(g.reopen(13, 1), Reopened::Open(vec![(13, vec![])]));
+    assert_eq!(g.duplicates(), 2);
+  }
+
+  #[test]
+  fn held_batches_after_a_gap_are_handed_over() {
+    let mut g = Gate::new(8);
+    g.hand_off(Some(10));
+    g.hold(11, vec![]);
+    // The follower expects 12: 11 is skipped as applied.
+    assert_eq!(g.reopen(12, 1), Reopened::Open(vec![]));
+    let mut g = Gate::new(8);
+    g.hand_off(Some(10));
+    g.hold(12, vec![]);
+    assert_eq!(g.reopen(11, 1), Reopened::Gap);
+    assert_eq!(g.take_held(), vec![(12, vec![])]);
+  }
+
+  #[test]
+  fn a_control_hand_off_stops_holding() {
+    let mut g = Gate::new(8);
+    g.hand_off(Some(3));
+    g.hand_off(None);
+    assert_eq!(g.route(4), Route::Forward);
+  }
+
+  #[test]
   fn a_control_hand_off_unread_keeps_it_shut() {
     let mut g = Gate::new(8);
     g.hand_off(Some(0));
@@ -230,16 +327,34 @@ mod tests {
     // The follower read batch 0 and expects 1; 1..4 are queued for it.
     assert_eq!(g.reopen(1, 1), Reopened::Pending);
     assert_eq!(g.route(4), Route::Forward);
+    assert_eq!(g.route(6), Route::Forward);
     assert_eq!(g.route(5), Route::Hold);
     g.hold(5, vec![5]);
     g.hold(6, vec![6]);
-    assert_eq!(g.route(8), Route::Forward, "out of order: handed over after the held ones");
-    assert_eq!(g.reopen(3, 3), Reopened::Pending, "2 of the 5 hand-offs read");
-    assert_eq!(g.reopen(5, 5), Reopened::Open(vec![(5, vec![5]), (6, vec![6])]));
+    assert_eq!(
+      g.route(8),
+      Route::Forward,
+      "out of order: handed over after the held ones"
+    );
+    assert_eq!(
+      g.reopen(3, 3),
+      Reopened::Pending,
+      "2 of the 5 hand-offs read"
+    );
+    assert_eq!(
+      g.reopen(5, 5),
+      Reopened::Open(vec![(5, vec![5]), (6, vec![6])])
+    );
     g.applied(5);
     g.applied(6);
     assert_eq!(g.route(7), Route::Apply);
-    assert_eq!(g.stint(), Stint { last_seq: Some(6), batches: 2 });
+    assert_eq!(
+      g.stint(),
+      Stint {
+        last_seq: Some(6),
+        batches: 2
+      }
+    );
   }
 
   #[test]
@@ -274,9 +389,19 @@ mod tests {
     assert_eq!(g.route(10), Route::Forward);
     assert!(g.take_held().is_empty());
     let s = g.hand_off(Some(10));
-    assert_eq!(s, Stint { last_seq: Some(8), batches: 4 });
+    assert_eq!(
+      s,
+      Stint {
+        last_seq: Some(8),
+        batches: 4
+      }
+    );
     assert!(!g.is_open());
-    assert_eq!(g.route(9), Route::Forward, "shut until the follower reopens it");
+    assert_eq!(
+      g.route(9),
+      Route::Forward,
+      "shut until the follower reopens it"
+    );
     assert_eq!(g.hand_off(None), Stint::default());
     assert_eq!(g.reopen(11, 1), Reopened::Shut);
     assert!(open(&mut g, 11, 2));
@@ -290,7 +415,13 @@ mod tests {
     let first = g.hand_off(Some(5));
     let stint = g.hand_off(Some(6));
     g.hand_off_dropped(stint);
-    assert_eq!(first, Stint { last_seq: Some(0), batches: 1 });
+    assert_eq!(
+      first,
+      Stint {
+        last_seq: Some(0),
+        batches: 1
+      }
+    );
     assert_eq!(g.unread(0), 1);
     assert!(open(&mut g, 6, 1));
     assert_eq!(g.route(6), Route::Apply);
@@ -302,7 +433,16 @@ mod tests {
     assert!(open(&mut g, 3, 0));
     g.applied(3);
     g.applied(4);
-    assert_eq!(g.shut(), (Stint { last_seq: Some(4), batches: 2 }, vec![]));
+    assert_eq!(
+      g.shut(),
+      (
+        Stint {
+          last_seq: Some(4),
+          batches: 2
+        },
+        vec![]
+      )
+    );
     assert_eq!(g.route(5), Route::Forward);
     g.hand_off(Some(5));
     g.hand_off(Some(6));

@@ -92,6 +92,8 @@ pub struct LinkStats {
   pub gate_open: bool,
   /// The last seq applied here since the follower was last handed something, or `None`.
   pub stint_last_seq: Option<u64>,
+  /// Held batches skipped because the follower had applied them from a replay.
+  pub duplicates: u64,
   /// Why the last connection attempt or connection failed.
   pub last_error: Option<String>,
 }
@@ -229,6 +231,14 @@ impl Link {
     // Under the gate's lock: no hand-off is queued meanwhile.
     match inner.gate.reopen(next, self.shared.read.load(Relaxed)) {
       Reopened::Shut => false,
+      Reopened::Gap => {
+        for (seq, payload) in inner.gate.take_held() {
+          self
+            .shared
+            .hand_off(&mut inner, HandOff::Batch { seq, payload });
+        }
+        false
+      }
       Reopened::Pending => true,
       Reopened::Open(held) => {
         self.shared.apply_held(&mut inner, held);
@@ -244,16 +254,18 @@ impl Link {
     let mut inner = self.shared.inner();
     let (stint, held) = inner.gate.shut();
     for (seq, payload) in held {
-      self.shared.hand_off(&mut inner, HandOff::Batch { seq, payload });
+      self
+        .shared
+        .hand_off(&mut inner, HandOff::Batch { seq, payload });
     }
     stint
   }
 
   pub fn stats(&self) -> LinkStats {
     let s = &self.shared;
-    let (gate_open, stint) = {
+    let (gate_open, stint, duplicates) = {
       let i = s.inner();
-      (i.gate.is_open(), i.gate.stint())
+      (i.gate.is_open(), i.gate.stint(), i.gate.duplicates())
     };
     LinkStats {
       connected: s.connected.load(Relaxed),
@@ -264,7 +276,12 @@ impl Link {
       dropped: s.dropped.load(Relaxed),
       gate_open,
       stint_last_seq: stint.last_seq,
-      last_error: s.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+      duplicates,
+      last_error: s
+        .last_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone(),
     }
   }
 
@@ -347,7 +364,10 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let kind = zmtp::peer_socket_type(&body).map_err(|e| (false, e.0))?;
     if kind != "PUB" && kind != "XPUB" {
-      return Err((false, format!("the peer is a {kind} socket, not a publisher")));
+      return Err((
+        false,
+        format!("the peer is a {kind} socket, not a publisher"),
+      ));
     }
     let mut sub = Vec::new();
     zmtp::subscribe(&opts.topic, &mut sub);

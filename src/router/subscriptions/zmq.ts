@@ -190,7 +190,7 @@ export class ZmqSubscription implements Subscription {
       recoveries,
       restarts: r?.restarts ?? 0,
       reconnects: Math.max(0, (n?.connects ?? 1) - 1),
-      duplicates: r?.duplicates ?? 0,
+      duplicates: (r?.duplicates ?? 0) + (n?.duplicates ?? 0),
       undecodable: r?.undecodable ?? 0,
       dropped: n?.dropped ?? 0,
       linkBatches: n?.batches ?? 0,

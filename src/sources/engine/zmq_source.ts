@@ -244,7 +244,10 @@ class RankLink {
       batch: (seq, payload) => {
         this.#run(this.follower.live({ seq, payload, receivedAt: performance.now() }));
         // More already arrived: it joins what waits, up to the cap.
-        if (!this.#feed.more) this.#relayWaiting();
+        if (!this.#feed.more) {
+          this.#relayWaiting();
+          this.#reopen();
+        }
       },
       malformed: (frames) => {
         this.malformed++;
@@ -265,7 +268,10 @@ class RankLink {
     if (this.#source.options.fetchOnJoin) this.#run(this.follower.join());
   }
 
-  /** In order with nothing held or waiting: a feed that can apply batches itself takes over. */
+  /**
+   * In order with nothing held or waiting: a feed that can apply batches itself takes over.
+   * Called only once what a delivery or fetch asked for is done (never between steps).
+   */
   #reopen(): void {
     if (this.#feed.reopen === undefined || this.#waiting.length > 0) return;
     const next = this.follower.inOrderNext;
@@ -311,7 +317,7 @@ class RankLink {
   /** Relays the waiting batches, as one batch when they decode; else each, skipping what does not. */
   #relayWaiting(): void {
     const batches = this.#waiting;
-    if (batches.length === 0) return this.#reopen();
+    if (batches.length === 0) return;
     this.#waiting = [];
     this.#waitingBytes = 0;
     if (batches.length > 1 && this.#relay(batches.map((b) => b.payload)) === null) {
@@ -336,7 +342,6 @@ class RankLink {
       });
       this.#run(this.follower.lost());
     }
-    this.#reopen();
   }
 
   #relayed(b: EngineBatch): void {
@@ -371,6 +376,7 @@ class RankLink {
     if (this.#feed.closed) return;
     this.#run(last === null ? this.follower.resyncFailed(fetch) : this.follower.resynced(fetch, last));
     this.#relayWaiting();
+    this.#reopen();
   }
 
   /** Asks the engine's replay socket for `from..`, feeding the follower until the end marker. */
@@ -409,6 +415,7 @@ class RankLink {
     if (!this.#feed.closed) {
       this.#run(this.follower.replayEnded(fetch, ok));
       this.#relayWaiting();
+      this.#reopen();
     }
   }
 }
