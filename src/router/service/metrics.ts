@@ -38,29 +38,42 @@ export function indexerMetrics(registry: Registry): {
     return snap;
   };
   const subs = () => read().subs;
+  /**
+   * Per-worker families, written as exposition text at scrape time: a router follows many
+   * workers, and building a labelled series object per worker per family costs milliseconds a
+   * scrape.
+   */
+  const families: Array<{
+    name: string;
+    help: string;
+    kind: 'gauge' | 'counter';
+    read: (s: SubscriptionStats) => number | null;
+  }> = [];
   const perWorker = (
     name: string,
     help: string,
-    read: (s: ReturnType<typeof subs>[number]) => number | null,
+    read: (s: SubscriptionStats) => number | null,
     kind: 'gauge' | 'counter' = 'gauge',
   ) => {
-    const Metric = kind === 'gauge' ? Gauge : Counter;
-    return new Metric({
-      name,
-      help,
-      labelNames: ['instance_id', 'dp_rank'],
-      registers: [prom],
-      collect(this: Gauge | Counter) {
-        this.reset();
-        for (const s of subs()) {
-          const v = read(s);
-          if (v === null) continue;
-          const labels = { instance_id: s.workerId.toString(), dp_rank: String(s.dpRank) };
-          if (this instanceof Gauge) this.set(labels, v);
-          else this.inc(labels, v);
-        }
-      },
-    });
+    families.push({ name, help, kind, read });
+  };
+  const perWorkerText = (): string => {
+    const all = subs();
+    const labels = all.map((s) => `instance_id="${s.workerId}",dp_rank="${s.dpRank}"`);
+    let out = '';
+    for (const f of families) {
+      out += `# HELP ${f.name} ${f.help}\n# TYPE ${f.name} ${f.kind}\n`;
+      for (const [i, s] of all.entries()) {
+        const v = f.read(s);
+        if (v !== null) out += `${f.name}{${labels[i]}} ${v}\n`;
+      }
+    }
+    out += '# HELP kvplane_indexer_worker_recoveries_total recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)\n# TYPE kvplane_indexer_worker_recoveries_total counter\n';
+    for (const [i, s] of all.entries()) {
+      for (const [kind, n] of Object.entries(s.recoveries))
+        out += `kvplane_indexer_worker_recoveries_total{${labels[i]},kind="${kind}"} ${n}\n`;
+    }
+    return out;
   };
   new Gauge({
     name: 'kvplane_indexer_models',
@@ -106,20 +119,6 @@ export function indexerMetrics(registry: Registry): {
     'counter',
   );
   new Counter({
-    name: 'kvplane_indexer_worker_recoveries_total',
-    help: 'recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)',
-    labelNames: ['instance_id', 'dp_rank', 'kind'],
-    registers: [prom],
-    collect() {
-      this.reset();
-      for (const s of subs()) {
-        for (const [kind, n] of Object.entries(s.recoveries)) {
-          this.inc({ instance_id: s.workerId.toString(), dp_rank: String(s.dpRank), kind }, n);
-        }
-      }
-    },
-  });
-  new Counter({
     name: 'kvplane_indexer_drops_total',
     help: 'events not indexed, by index and reason',
     labelNames: ['index', 'reason'],
@@ -163,7 +162,7 @@ export function indexerMetrics(registry: Registry): {
     async scrape() {
       snap = null;
       try {
-        return await prom.metrics();
+        return (await prom.metrics()) + perWorkerText();
       } finally {
         snap = null;
       }
