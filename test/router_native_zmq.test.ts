@@ -1,10 +1,11 @@
+import { spawnSync } from 'node:child_process';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher } from 'zeromq';
 import { encodeBatch, type KvEvent, RouterIndex } from '../dist/index.mjs';
-import { freePort, sleep, storedBlock, until } from './fixtures.js';
+import { freePort, repoPath, sleep, storedBlock, until } from './fixtures.js';
 
 // A router's ZMQ subscriptions read their publishers with a native link (crates/kvplane-zmq:
 // ZMTP 3.0 in Rust, in-order batches applied on its own thread) unless `zmqReceive: 'js'`. The
@@ -204,5 +205,21 @@ describe('native ZMQ link', () => {
     await until(() => sub.stats().lastError !== null, 'refused');
     expect(sub.stats().lastError).toMatch(/not a ZMTP 3 socket|early eof/);
     expect(sub.stats().state).toBe('connecting');
+  });
+
+  it('a closed index lets the process exit: its links hold nothing that keeps Node running', async () => {
+    const port = await freePort();
+    const script = `
+      import { RouterIndex } from ${JSON.stringify(repoPath('dist/index.mjs'))};
+      const index = new RouterIndex({ blockSize: 16 });
+      index.subscribe(1n, { kind: 'zmq', endpoint: 'tcp://127.0.0.1:${port}' });
+      await new Promise((r) => setTimeout(r, 300));
+      await index.close();
+      console.log('closed');
+    `;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 10_000 });
+    expect(r.stdout.trim()).toBe('closed');
+    expect(r.signal).toBeNull();
+    expect(r.status).toBe(0);
   });
 });

@@ -103,11 +103,13 @@ pub struct LinkStats {
 struct Inner {
   gate: Gate,
   apply: Box<dyn Apply>,
+  /// `None` once closed: what JS holds of the link must not keep the follower's callback (and
+  /// so Node's event loop) alive.
+  deliver: Option<Box<dyn Deliver>>,
 }
 
 struct Shared {
   inner: Mutex<Inner>,
-  deliver: Box<dyn Deliver>,
   max_unread: u64,
   /// Hand-offs the follower has read.
   read: AtomicU64,
@@ -166,7 +168,9 @@ impl Shared {
       self.dropped.fetch_add(1, Relaxed);
       return;
     }
-    self.deliver.deliver(Delivery::HandOff(stint, h));
+    if let Some(d) = &inner.deliver {
+      d.deliver(Delivery::HandOff(stint, h));
+    }
   }
 
   /// Applies held batches in order; the first that does not apply goes to the follower, and
@@ -200,8 +204,8 @@ impl Link {
       inner: Mutex::new(Inner {
         gate: Gate::new(opts.max_unread as usize),
         apply: Box::new(apply),
+        deliver: Some(Box::new(deliver)),
       }),
-      deliver: Box::new(deliver),
       max_unread: opts.max_unread,
       read: AtomicU64::new(0),
       connected: AtomicBool::new(false),
@@ -288,6 +292,7 @@ impl Link {
   /// Stops following: the connection is closed and nothing more is applied or delivered.
   pub fn close(&self) {
     self.task.abort();
+    self.shared.inner().deliver = None;
   }
 }
 
@@ -408,12 +413,13 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
       Route::Apply => match Shared::apply(&mut inner, &payload) {
         Some(events) => {
           inner.gate.applied(seq);
-          drop(inner);
           shared.count_applied(events);
           if last_progress.elapsed() >= Duration::from_millis(250) {
             last_progress = Instant::now();
             shared.last_applied_ms.store(now_ms(), Relaxed);
-            shared.deliver.deliver(Delivery::Progress);
+            if let Some(d) = &inner.deliver {
+              d.deliver(Delivery::Progress);
+            }
           }
         }
         None => shared.forward(&mut inner, HandOff::Batch { seq, payload }),
