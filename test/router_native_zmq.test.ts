@@ -44,7 +44,8 @@ async function sendChain(
   hashes: number[],
   parent: number | null = null,
 ) {
-  for (const [i, h] of hashes.entries()) await send(seq + i, [storedBlock(h, i === 0 ? parent : (hashes[i - 1] as number))]);
+  for (const [i, h] of hashes.entries())
+    await send(seq + i, [storedBlock(h, i === 0 ? parent : (hashes[i - 1] as number))]);
   return seq + hashes.length;
 }
 

@@ -63,7 +63,17 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     if (value === undefined) bad(`--${name} needs a value`);
     v[name] = value;
   }
-  const known = ['host', 'port', 'block-size', 'model-name', 'routing-group', 'workers', 'state-file', 'duration', 'zmq-receive'];
+  const known = [
+    'host',
+    'port',
+    'block-size',
+    'model-name',
+    'routing-group',
+    'workers',
+    'state-file',
+    'duration',
+    'zmq-receive',
+  ];
   for (const k of Object.keys(v)) if (!known.includes(k)) bad(`unknown flag --${k}`);
   const int = (name: string, min: number, max: number): number | undefined => {
     const s = v[name];

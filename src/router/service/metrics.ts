@@ -68,7 +68,8 @@ export function indexerMetrics(registry: Registry): {
         if (v !== null) out += `${f.name}{${labels[i]}} ${v}\n`;
       }
     }
-    out += '# HELP kvplane_indexer_worker_recoveries_total recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)\n# TYPE kvplane_indexer_worker_recoveries_total counter\n';
+    out +=
+      '# HELP kvplane_indexer_worker_recoveries_total recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)\n# TYPE kvplane_indexer_worker_recoveries_total counter\n';
     for (const [i, s] of all.entries()) {
       for (const [kind, n] of Object.entries(s.recoveries))
         out += `kvplane_indexer_worker_recoveries_total{${labels[i]},kind="${kind}"} ${n}\n`;
@@ -114,7 +115,7 @@ export function indexerMetrics(registry: Registry): {
   perWorker('kvplane_indexer_worker_undecodable_total', 'batches that did not decode', (s) => s.undecodable, 'counter');
   perWorker(
     'kvplane_indexer_worker_dropped_total',
-    'live batches dropped by the subscription\'s own receive bound (then recovered as a gap)',
+    "live batches dropped by the subscription's own receive bound (then recovered as a gap)",
     (s) => s.dropped,
     'counter',
   );
