@@ -486,6 +486,8 @@ export interface RouterAppliedOut {
   events: number
   unknownEvents: number
   layoutErrors: number
+  /** An SMG snapshot chunk: the chunks of its snapshot still to come (0 otherwise). */
+  snapshotRest: number
 }
 
 export interface RouterDumpSegmentOut {

@@ -345,7 +345,7 @@ describe('KvGrpcServer', () => {
     await until(() => grpc.stats().subscribers === 0, 'cancelled streams to end');
     expect(grpc.stats().batchesSent).toBe(16 * 30);
     expect(grpc.stats().subscribes.snapshot).toBe(16); // from 0, before anything was published
-  });
+  }, 60_000); // 16 streams and the publisher on 2 vCPUs, alongside the other suites in CI
 
   it('an expired or foreign cursor is OUT_OF_RANGE; next seq and in-log cursors replay', async () => {
     const { pub, grpc, address } = await node({ bufferSteps: 5 });

@@ -19,6 +19,8 @@ pub struct RouterAppliedOut {
   pub events: u32,
   pub unknown_events: u32,
   pub layout_errors: u32,
+  /// An SMG snapshot chunk: the chunks of its snapshot still to come (0 otherwise).
+  pub snapshot_rest: f64,
 }
 
 #[napi(object)]
@@ -315,6 +317,7 @@ fn applied_out(outcome: &str, a: kvplane_core::router::Applied) -> RouterApplied
     events: a.events,
     unknown_events: a.unknown_events,
     layout_errors: a.layout_errors,
+    snapshot_rest: a.snapshot_rest as f64,
   }
 }
 
@@ -325,5 +328,6 @@ fn skipped_out(outcome: &str, seq: u64) -> RouterAppliedOut {
     events: 0,
     unknown_events: 0,
     layout_errors: 0,
+    snapshot_rest: 0.0,
   }
 }

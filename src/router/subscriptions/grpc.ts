@@ -46,6 +46,8 @@ export class GrpcSubscription implements Subscription {
   /** Starting over: the worker is cleared before the first batch of the new stream is applied. */
   #fresh = true;
   #clearPending = false;
+  /** The last batch applied was a snapshot chunk with more of its snapshot to come. */
+  #inSnapshot = false;
   readonly #stats: SubscriptionStats;
 
   constructor(target: RouterTarget, o: GrpcSubscriptionOptions) {
@@ -101,10 +103,13 @@ export class GrpcSubscription implements Subscription {
   #open(): void {
     if (this.#closed) return;
     const s = this.#stats;
-    const from = this.#fresh || s.lastSeq === null ? 0n : s.lastSeq + 1n;
+    // A stream lost in the middle of a snapshot starts over: the chunks' seqs are the log's, so
+    // resuming after the last chunk applied would lay live history over a partial state.
+    const from = this.#fresh || this.#inSnapshot || s.lastSeq === null ? 0n : s.lastSeq + 1n;
     if (from === 0n) {
       this.#fresh = true;
       this.#clearPending = true;
+      this.#inSnapshot = false;
     }
     s.state = from === 0n ? 'recovering' : 'connecting';
     const md = new Metadata();
@@ -146,7 +151,7 @@ export class GrpcSubscription implements Subscription {
       this.#clearPending = false;
       s.recoveries.snapshot++;
     }
-    let r: { outcome: string; seq: bigint; events: number };
+    let r: { outcome: string; seq: bigint; events: number; snapshotRest: number };
     try {
       r = this.#target.applyNumbered(this.workerId, this.dpRank, buf, this.#fresh ? null : (s.lastSeq ?? -1n) + 1n);
     } catch (err) {
@@ -167,6 +172,7 @@ export class GrpcSubscription implements Subscription {
       return;
     }
     this.#fresh = false;
+    this.#inSnapshot = r.snapshotRest > 0;
     s.lastSeq = r.seq;
     s.batches++;
     s.events += r.events;

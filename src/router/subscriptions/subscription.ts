@@ -16,7 +16,7 @@ export interface RouterTarget {
     rank: number,
     bytes: Uint8Array,
     expected?: bigint | null,
-  ): { outcome: string; seq: bigint; events: number };
+  ): { outcome: string; seq: bigint; events: number; snapshotRest: number };
   clearWorker(workerId: bigint, rank?: number | null): void;
   /** A node's `/kv_recover` answer (msgpack): `Events` applied in order, a `TreeDump` replacing the worker. */
   applyRecovery(workerId: bigint, answer: Uint8Array): { kind: string; lastSeq: bigint };

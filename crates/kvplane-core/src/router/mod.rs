@@ -61,6 +61,9 @@ pub struct Applied {
   pub unknown_events: u32,
   /// Stored events that failed the layout check: their worker was cleared.
   pub layout_errors: u32,
+  /// An SMG snapshot chunk: the chunks of its snapshot still to come (0 otherwise). A stream lost
+  /// before they came leaves a partial state that no later seq completes.
+  pub snapshot_rest: u64,
 }
 
 /// A numbered payload against the seq expected next.
@@ -196,18 +199,18 @@ impl RouterIndex {
     bytes: &[u8],
     expected: Option<u64>,
   ) -> KvResult<Numbered> {
+    let head = codec::smg::batch_head(bytes)?;
     if let Some(e) = expected {
-      let seq = codec::smg::batch_seq(bytes)?;
-      if seq < e {
-        return Ok(Numbered::Duplicate(seq));
+      if head.seq < e {
+        return Ok(Numbered::Duplicate(head.seq));
       }
-      if seq > e {
-        return Ok(Numbered::Gap(seq));
+      if head.seq > e {
+        return Ok(Numbered::Gap(head.seq));
       }
     }
-    self
-      .apply_payload(worker_id, rank, bytes, Dialect::SmgProto)
-      .map(Numbered::Applied)
+    let mut a = self.apply_payload(worker_id, rank, bytes, Dialect::SmgProto)?;
+    a.snapshot_rest = head.snapshot_rest.unwrap_or(0);
+    Ok(Numbered::Applied(a))
   }
 
   /// Applies one event of worker `w`; `Err` only for a layout the index cannot hold (the worker

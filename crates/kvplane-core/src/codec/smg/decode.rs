@@ -47,18 +47,40 @@ pub fn decode_subscribe_request(bytes: &[u8]) -> KvResult<SubscribeRequest> {
   Ok(out)
 }
 
-/// A `KvEventBatch`'s `sequence_number`, read without decoding its events.
-pub fn batch_seq(bytes: &[u8]) -> KvResult<u64> {
+/// A `KvEventBatch`'s head, read without decoding its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchHead {
+  /// `sequence_number`.
+  pub seq: u64,
+  /// On a snapshot chunk: how many chunks of its snapshot follow it (`count - index - 1`).
+  pub snapshot_rest: Option<u64>,
+}
+
+/// Reads a `KvEventBatch`'s seq and snapshot position without decoding its events.
+pub fn batch_head(bytes: &[u8]) -> KvResult<BatchHead> {
   let mut p = Reader::new(bytes);
-  let mut seq = 0;
+  let mut head = BatchHead::default();
   while !p.done() {
     let (field, wire) = p.key()?;
     match field {
-      BATCH_SEQUENCE_NUMBER => seq = p.varint_field(wire)?,
+      BATCH_SEQUENCE_NUMBER => head.seq = p.varint_field(wire)?,
+      BATCH_SNAPSHOT => {
+        let mut q = Reader::new(p.bytes_field(wire)?);
+        let (mut index, mut count) = (0u64, 0u64);
+        while !q.done() {
+          let (f, w) = q.key()?;
+          match f {
+            SNAPSHOT_INDEX => index = q.varint_field(w)?,
+            SNAPSHOT_COUNT => count = q.varint_field(w)?,
+            _ => q.skip(w)?,
+          }
+        }
+        head.snapshot_rest = Some(count.saturating_sub(index.saturating_add(1)));
+      }
       _ => p.skip(wire)?,
     }
   }
-  Ok(seq)
+  Ok(head)
 }
 
 pub fn decode_batch(bytes: &[u8]) -> KvResult<DecodedProtoBatch> {

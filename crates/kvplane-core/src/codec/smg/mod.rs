@@ -12,7 +12,7 @@ mod snapshot;
 mod tests;
 
 pub use decode::{
-  batch_seq, decode_batch, decode_subscribe_request, DecodedProtoBatch, SubscribeRequest,
+  batch_head, decode_batch, decode_subscribe_request, DecodedProtoBatch, SubscribeRequest,
 };
 pub use encode::{encode_batch, encode_health_response, encode_subscribe_request, HealthForm};
 pub use load::{get_loads_request, EngineLoads, RecordOpts};

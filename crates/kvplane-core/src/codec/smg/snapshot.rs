@@ -335,6 +335,11 @@ mod tests {
       while let Some((seq, bytes)) = s.next_chunk() {
         let (index, c, blocks) = chunk_field(&bytes);
         assert_eq!((index, c, blocks), (seqs.len() as u64, count, 15));
+        let head = batch_head(&bytes).unwrap();
+        assert_eq!(
+          (head.seq, head.snapshot_rest),
+          (seq, Some(count - index - 1))
+        );
         let d = decode_batch(&bytes).unwrap();
         assert_eq!(d.batch.seq, seq);
         assert!(d.event_ids.iter().all(|&id| id == 0));
