@@ -103,6 +103,8 @@ export interface GrpcStats {
     invalid: number;
     failClosed: number;
   };
+  /** Snapshots being streamed or waiting for a turn (at most `maxSnapshots` run at once). */
+  snapshotsPending: number;
   /** Subscribers cut off for falling behind (RESOURCE_EXHAUSTED). */
   cutOff: number;
   /** Batches handed to subscriber streams (live and replayed). */
@@ -161,6 +163,7 @@ export class KvGrpcServer {
       invalid: 0,
       failClosed: 0,
     },
+    snapshotsPending: 0,
     cutOff: 0,
     batchesSent: 0,
     maxLag: 0,
@@ -279,6 +282,7 @@ export class KvGrpcServer {
       ...this.#stats,
       subscribes: { ...this.#stats.subscribes },
       subscribers: this.#subscribers.size,
+      snapshotsPending: this.#snapshots + this.#snapshotQueue.length,
       batchesSent: sent,
       maxLag,
       queuedBytes,
