@@ -8,7 +8,7 @@ use crate::router_index::NativeRouterIndex;
 use kvplane_core::codec::Dialect;
 use kvplane_core::router::RouterIndex;
 use kvplane_core::{ErrorCode, KvError};
-use kvplane_zmq::{Apply, Deliver, Delivery, Endpoint, HandOff, Link, LinkOptions};
+use kvplane_zmq::{Apply, Deliver, Delivery, Endpoint, HandOff, Link, LinkOptions, Reader};
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
@@ -164,24 +164,21 @@ impl NativeRouterIndex {
       rank: opts.dp_rank,
       dialect,
     };
-    // The link exists before the callback can run: the reader is set once it does.
-    let reader: Arc<Mutex<Option<kvplane_zmq::link::Reader>>> = Arc::new(Mutex::new(None));
+    let reader = Reader::default();
     let r = reader.clone();
     let tsfn: DeliveryFn = on_delivery
       .build_threadsafe_function::<Delivery>()
       .callee_handled::<false>()
       .build_callback(move |ctx| {
         if matches!(ctx.value, Delivery::HandOff(..)) {
-          if let Some(r) = r.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            r.read_one();
-          }
+          r.read_one();
         }
         Ok(delivery_out(ctx.value))
       })
       .map_err(|e| napi::Error::new(Code(ErrorCode::Internal.as_str()), e.reason))?;
-    let link = Link::spawn(lo, apply, JsDeliver(tsfn));
-    *reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(link.reader());
-    Ok(NativeZmqLink { link })
+    Ok(NativeZmqLink {
+      link: Link::spawn(lo, apply, JsDeliver(tsfn), reader),
+    })
   }
 }
 

@@ -13,4 +13,4 @@ pub mod zmtp;
 
 pub use endpoint::Endpoint;
 pub use gate::Stint;
-pub use link::{Apply, Deliver, Delivery, HandOff, Link, LinkOptions, LinkStats};
+pub use link::{Apply, Deliver, Delivery, HandOff, Link, LinkOptions, LinkStats, Reader};

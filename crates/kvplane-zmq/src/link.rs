@@ -35,7 +35,7 @@ pub enum HandOff {
 #[derive(Debug)]
 pub enum Delivery {
   /// A hand-off, with what was applied here since the last one (the follower takes that up
-  /// first). The receiver calls [`Link::read_one`] for each, on its own thread, before acting.
+  /// first). The receiver calls [`Reader::read_one`] for each, on its own thread, before acting.
   HandOff(Stint, HandOff),
   /// Batches were applied here since the last delivery (at most one every 250 ms).
   Progress,
@@ -112,7 +112,7 @@ struct Shared {
   inner: Mutex<Inner>,
   max_unread: u64,
   /// Hand-offs the follower has read.
-  read: AtomicU64,
+  read: Reader,
   connected: AtomicBool,
   connects: AtomicU64,
   batches: AtomicU64,
@@ -157,7 +157,7 @@ impl Shared {
   /// the follower sees the gap it leaves.
   fn hand_off(&self, inner: &mut Inner, h: HandOff) {
     let gate = &mut inner.gate;
-    let full = gate.unread(self.read.load(Relaxed)) >= self.max_unread;
+    let full = gate.unread(self.read.0.load(Relaxed)) >= self.max_unread;
     let seq = match &h {
       HandOff::Batch { seq, .. } => Some(*seq),
       _ => None,
@@ -198,8 +198,9 @@ pub struct Link {
 }
 
 impl Link {
-  /// Starts following `opts.endpoint`: the gate is shut until the follower opens it.
-  pub fn spawn(opts: LinkOptions, apply: impl Apply, deliver: impl Deliver) -> Link {
+  /// Starts following `opts.endpoint`: the gate is shut until the follower opens it. `read` is
+  /// what the receiving side of `deliver` counts its hand-offs with.
+  pub fn spawn(opts: LinkOptions, apply: impl Apply, deliver: impl Deliver, read: Reader) -> Link {
     let shared = Arc::new(Shared {
       inner: Mutex::new(Inner {
         gate: Gate::new(opts.max_unread as usize),
@@ -207,7 +208,7 @@ impl Link {
         deliver: Some(Box::new(deliver)),
       }),
       max_unread: opts.max_unread,
-      read: AtomicU64::new(0),
+      read,
       connected: AtomicBool::new(false),
       connects: AtomicU64::new(0),
       batches: AtomicU64::new(0),
@@ -220,12 +221,6 @@ impl Link {
     Link { shared, task }
   }
 
-  /// A counter the receiving side holds to call `read_one` for each hand-off as it receives it,
-  /// before acting on it.
-  pub fn reader(&self) -> Reader {
-    Reader(self.shared.clone())
-  }
-
   /// The follower has applied everything up to `next - 1`, holds nothing and expects `next`:
   /// batches from `next` on are applied here, once those already handed to it (if only in-order
   /// batches are) are read; what arrives meanwhile is held. False if something else is unread
@@ -233,7 +228,7 @@ impl Link {
   pub fn reopen(&self, next: u64) -> bool {
     let mut inner = self.shared.inner();
     // Under the gate's lock: no hand-off is queued meanwhile.
-    match inner.gate.reopen(next, self.shared.read.load(Relaxed)) {
+    match inner.gate.reopen(next, self.shared.read.0.load(Relaxed)) {
       Reopened::Shut => false,
       Reopened::Gap => {
         for (seq, payload) in inner.gate.take_held() {
@@ -302,13 +297,14 @@ impl Drop for Link {
   }
 }
 
-/// See [`Link::reader`].
-#[derive(Clone)]
-pub struct Reader(Arc<Shared>);
+/// The hand-offs the follower has read: the receiving side calls `read_one` for each as it
+/// receives it, before acting on it.
+#[derive(Clone, Default)]
+pub struct Reader(Arc<AtomicU64>);
 
 impl Reader {
   pub fn read_one(&self) {
-    self.0.read.fetch_add(1, Relaxed);
+    self.0.fetch_add(1, Relaxed);
   }
 }
 
