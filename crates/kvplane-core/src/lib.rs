@@ -12,6 +12,7 @@ pub mod index;
 pub mod int64;
 pub mod local_indexer;
 pub mod router;
+pub mod shared;
 pub mod stream;
 
 pub use error::{ErrorCode, KvError, KvResult};

@@ -7,8 +7,11 @@
 use kvplane_core::event::{KvEvent, RemovedEvent, StoredEvent};
 use kvplane_core::hash::{content_hash, seq_hash};
 use kvplane_core::index::{Index, IndexConfig, MatchOptions, WorkerKey};
+use kvplane_core::shared::Shared;
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 const BS: usize = 2;
 /// Block contents are drawn from a small alphabet so chains share prefixes across workers.
@@ -124,80 +127,86 @@ fn queries() -> Vec<Vec<u64>> {
   out
 }
 
+/// The event `op` makes of the model's state, applied to the model: what the index is given.
+fn step(model: &mut Model, op: Op) -> (WorkerKey, KvEvent) {
+  match op {
+    Op::Store {
+      w,
+      parent,
+      unknown,
+      contents,
+    } => {
+      let held: Vec<(u64, u64)> = model.held[w].iter().map(|(e, k)| (*e, *k)).collect();
+      let (parent_eh, mut parent_key) = match (unknown, parent) {
+        (true, _) => (Some(0xdead_beef), None),
+        (false, Some(i)) if !held.is_empty() => {
+          let (e, k) = held[i % held.len()];
+          (Some(e), Some(k))
+        }
+        _ => (None, None),
+      };
+      let mut ev = StoredEvent {
+        parent_block_hash: parent_eh,
+        block_size: BS as u32,
+        ..Default::default()
+      };
+      let mut keys = Vec::new();
+      for &c in &contents {
+        let k = key_after(parent_key, c);
+        ev.block_hashes.push(engine_hash(w, k));
+        ev.token_ids.extend(tokens_of(c));
+        keys.push(k);
+        parent_key = Some(k);
+      }
+      if !unknown {
+        for (eh, k) in ev.block_hashes.iter().zip(keys) {
+          model.held[w].insert(*eh, k);
+        }
+      }
+      (worker(w), KvEvent::Stored(ev))
+    }
+    Op::Remove { w, picks, unknown } => {
+      let held: Vec<u64> = model.held[w].keys().copied().collect();
+      let mut hashes: Vec<u64> = if held.is_empty() {
+        vec![]
+      } else {
+        picks.iter().map(|i| held[i % held.len()]).collect()
+      };
+      hashes.dedup();
+      if unknown {
+        hashes.push(0xfeed_f00d);
+      }
+      for h in &hashes {
+        model.held[w].remove(h);
+      }
+      (
+        worker(w),
+        KvEvent::Removed(RemovedEvent {
+          block_hashes: hashes,
+          ..Default::default()
+        }),
+      )
+    }
+    Op::Clear { w } => {
+      model.held[w].clear();
+      (worker(w), KvEvent::Cleared)
+    }
+  }
+}
+
+fn new_model() -> Model {
+  Model {
+    held: vec![BTreeMap::new(); 4],
+  }
+}
+
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
   let mut index = Index::new(IndexConfig::default());
-  let mut model = Model {
-    held: vec![BTreeMap::new(); 4],
-  };
+  let mut model = new_model();
   let qs = queries();
   for op in ops {
-    match op {
-      Op::Store {
-        w,
-        parent,
-        unknown,
-        contents,
-      } => {
-        let held: Vec<(u64, u64)> = model.held[w].iter().map(|(e, k)| (*e, *k)).collect();
-        let (parent_eh, mut parent_key) = match (unknown, parent) {
-          (true, _) => (Some(0xdead_beef), None),
-          (false, Some(i)) if !held.is_empty() => {
-            let (e, k) = held[i % held.len()];
-            (Some(e), Some(k))
-          }
-          _ => (None, None),
-        };
-        let mut ev = StoredEvent {
-          parent_block_hash: parent_eh,
-          block_size: BS as u32,
-          ..Default::default()
-        };
-        let mut keys = Vec::new();
-        for &c in &contents {
-          let k = key_after(parent_key, c);
-          ev.block_hashes.push(engine_hash(w, k));
-          ev.token_ids.extend(tokens_of(c));
-          keys.push(k);
-          parent_key = Some(k);
-        }
-        index
-          .apply(worker(w), &KvEvent::Stored(ev.clone()))
-          .unwrap();
-        if !unknown {
-          for (eh, k) in ev.block_hashes.iter().zip(keys) {
-            model.held[w].insert(*eh, k);
-          }
-        }
-      }
-      Op::Remove { w, picks, unknown } => {
-        let held: Vec<u64> = model.held[w].keys().copied().collect();
-        let mut hashes: Vec<u64> = if held.is_empty() {
-          vec![]
-        } else {
-          picks.iter().map(|i| held[i % held.len()]).collect()
-        };
-        hashes.dedup();
-        if unknown {
-          hashes.push(0xfeed_f00d);
-        }
-        index
-          .apply(
-            worker(w),
-            &KvEvent::Removed(RemovedEvent {
-              block_hashes: hashes.clone(),
-              ..Default::default()
-            }),
-          )
-          .unwrap();
-        for h in hashes {
-          model.held[w].remove(&h);
-        }
-      }
-      Op::Clear { w } => {
-        index.apply(worker(w), &KvEvent::Cleared).unwrap();
-        model.held[w].clear();
-      }
-    }
+    let (w, ev) = step(&mut model, op);
+    index.apply(w, &ev).unwrap();
     for q in &qs {
       prop_assert_eq!(index_matches(&index, q), model.matches(q), "query {:?}", q);
     }
@@ -421,4 +430,67 @@ fn branch_points_wider_than_u16_keep_exact_counts() {
   index.apply(worker(1), &removed(vec![2_000_000])).unwrap();
   let s = index.stats();
   assert_eq!((s.blocks, s.memberships), (0, 0));
+}
+
+/// Reads during writes: one thread applies the events, one per write lock, counting them beside
+/// the index; another queries meanwhile. Every answer must be the model's after exactly the
+/// number of events counted under the same read lock: never a state inside an event.
+fn run_with_reader(ops: Vec<Op>) -> Result<(), TestCaseError> {
+  let qs = queries();
+  let mut model = new_model();
+  let mut events = Vec::new();
+  // answers[v][q]: the model's answer to query q after v events.
+  let mut answers = vec![qs.iter().map(|q| model.matches(q)).collect::<Vec<_>>()];
+  for op in ops {
+    events.push(step(&mut model, op));
+    answers.push(qs.iter().map(|q| model.matches(q)).collect());
+  }
+  let shared = Arc::new(Shared::new((Index::new(IndexConfig::default()), 0usize)));
+  let done = Arc::new(AtomicBool::new(false));
+  let reader = {
+    let (shared, done, qs) = (shared.clone(), done.clone(), qs.clone());
+    std::thread::spawn(move || {
+      let mut seen = Vec::new();
+      let mut q = 0;
+      while !done.load(Ordering::Acquire) || seen.len() < 64 {
+        let g = shared.read();
+        seen.push((g.1, q, index_matches(&g.0, &qs[q])));
+        drop(g);
+        q = (q + 1) % qs.len();
+      }
+      seen
+    })
+  };
+  for (i, (w, ev)) in events.iter().enumerate() {
+    let mut g = shared.write();
+    g.0.apply(*w, ev).unwrap();
+    g.1 += 1;
+    drop(g);
+    if i % 8 == 0 {
+      std::thread::yield_now();
+    }
+  }
+  done.store(true, Ordering::Release);
+  let seen = reader.join().unwrap();
+  let versions: HashSet<usize> = seen.iter().map(|s| s.0).collect();
+  for (v, q, answer) in &seen {
+    prop_assert_eq!(
+      answer,
+      &answers[*v][*q],
+      "after {} events, query {:?}",
+      v,
+      qs[*q]
+    );
+  }
+  prop_assert!(!versions.is_empty());
+  Ok(())
+}
+
+proptest! {
+  #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+  #[test]
+  fn a_concurrent_reader_sees_the_model_between_events(ops in proptest::collection::vec(op(), 200..600)) {
+    run_with_reader(ops)?;
+  }
 }

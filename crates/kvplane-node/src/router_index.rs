@@ -7,9 +7,10 @@ use crate::hash::tokens_of;
 use crate::outputs::DropCount;
 use kvplane_core::codec::Dialect;
 use kvplane_core::router::{Numbered, QueryAnswer, RouterIndex};
+use kvplane_core::shared::{RwLockReadGuard, RwLockWriteGuard, Shared};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 #[napi(object)]
 pub struct RouterAppliedOut {
@@ -91,15 +92,20 @@ fn matches_out(a: QueryAnswer) -> RouterMatchesOut {
 #[napi]
 pub struct NativeRouterIndex {
   /// Shared with the ZMQ links that apply to it on the link thread (`followZmq`).
-  inner: Arc<Mutex<RouterIndex>>,
+  /// Shared with the index's ZMQ links, which apply on their own thread one event at a time.
+  inner: Arc<Shared<RouterIndex>>,
 }
 
 impl NativeRouterIndex {
-  fn ix(&self) -> MutexGuard<'_, RouterIndex> {
-    self.inner.lock().unwrap_or_else(|p| p.into_inner())
+  fn ix(&self) -> RwLockReadGuard<'_, RouterIndex> {
+    self.inner.read()
   }
 
-  pub(crate) fn shared(&self) -> Arc<Mutex<RouterIndex>> {
+  fn ix_mut(&self) -> RwLockWriteGuard<'_, RouterIndex> {
+    self.inner.write()
+  }
+
+  pub(crate) fn shared(&self) -> Arc<Shared<RouterIndex>> {
     self.inner.clone()
   }
 }
@@ -110,7 +116,7 @@ impl NativeRouterIndex {
   pub fn new(block_size: u32) -> Result<Self, Code> {
     guard_js(|| {
       Ok(NativeRouterIndex {
-        inner: Arc::new(Mutex::new(RouterIndex::new(block_size)?)),
+        inner: Arc::new(Shared::new(RouterIndex::new(block_size)?)),
       })
     })
   }
@@ -133,7 +139,7 @@ impl NativeRouterIndex {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
       let a = self
-        .ix()
+        .inner
         .apply_payload(id, rank, bytes, Dialect::parse(&dialect)?)?;
       Ok(applied_out("applied", a))
     })
@@ -154,9 +160,9 @@ impl NativeRouterIndex {
       let id = bigint_u64("workerId", &worker_id)?;
       let dialect = Dialect::parse(&dialect)?;
       let mut events = 0;
-      let mut ix = self.ix();
       for (i, p) in payloads.iter().enumerate() {
-        let a = ix
+        let a = self
+          .inner
           .apply_payload(id, rank, p, dialect)
           .map_err(|e| kvplane_core::KvError::new(e.code, format!("payload {i}: {}", e.message)))?;
         events += a.events;
@@ -177,11 +183,13 @@ impl NativeRouterIndex {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
       let expected = expected.map(|e| bigint_u64("expected", &e)).transpose()?;
-      Ok(match self.ix().apply_numbered(id, rank, bytes, expected)? {
-        Numbered::Applied(a) => applied_out("applied", a),
-        Numbered::Duplicate(seq) => skipped_out("duplicate", seq),
-        Numbered::Gap(seq) => skipped_out("gap", seq),
-      })
+      Ok(
+        match self.ix_mut().apply_numbered(id, rank, bytes, expected)? {
+          Numbered::Applied(a) => applied_out("applied", a),
+          Numbered::Duplicate(seq) => skipped_out("duplicate", seq),
+          Numbered::Gap(seq) => skipped_out("gap", seq),
+        },
+      )
     })
   }
 
@@ -190,7 +198,7 @@ impl NativeRouterIndex {
   pub fn apply_recovery(&self, worker_id: BigInt, bytes: &[u8]) -> Result<RouterRecoveryOut, Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
-      let r = self.ix().apply_recovery_msgpack(id, bytes)?;
+      let r = self.ix_mut().apply_recovery_msgpack(id, bytes)?;
       Ok(RouterRecoveryOut {
         kind: r.kind.to_string(),
         last_seq: BigInt::from(r.last_seq),
@@ -206,7 +214,7 @@ impl NativeRouterIndex {
   pub fn clear_worker(&self, worker_id: BigInt, rank: Option<u32>) -> Result<(), Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
-      self.ix().clear_worker(id, rank);
+      self.ix_mut().clear_worker(id, rank);
       Ok(())
     })
   }

@@ -7,12 +7,13 @@ use crate::error::{guard_js, Code};
 use crate::router_index::NativeRouterIndex;
 use kvplane_core::codec::Dialect;
 use kvplane_core::router::RouterIndex;
+use kvplane_core::shared::Shared;
 use kvplane_core::{ErrorCode, KvError};
 use kvplane_zmq::{Apply, Deliver, Delivery, Endpoint, HandOff, Link, LinkOptions, Reader};
 use napi::bindgen_prelude::*;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi_derive::napi;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[napi(object)]
@@ -67,7 +68,7 @@ pub struct ZmqStintOut {
 }
 
 struct IndexApply {
-  index: Arc<Mutex<RouterIndex>>,
+  index: Arc<Shared<RouterIndex>>,
   worker_id: u64,
   rank: u32,
   dialect: Dialect,
@@ -75,8 +76,9 @@ struct IndexApply {
 
 impl Apply for IndexApply {
   fn apply(&mut self, payload: &[u8]) -> std::result::Result<u32, String> {
-    let mut ix = self.index.lock().unwrap_or_else(|p| p.into_inner());
-    ix.apply_payload(self.worker_id, self.rank, payload, self.dialect)
+    self
+      .index
+      .apply_payload(self.worker_id, self.rank, payload, self.dialect)
       .map(|a| a.events)
       .map_err(|e| e.message)
   }

@@ -7,8 +7,8 @@
 //! instead of n. Workers that are not prefix-closed (an inner block was removed) are scanned
 //! exactly.
 
-use super::node::{Node, EMPTY};
-use super::table::hash32;
+use super::node::{Node, EMPTY, FREED};
+use super::table::{hash32, prefetch_read};
 use super::{Index, WorkerKey};
 
 #[derive(Debug, Clone, Default)]
@@ -50,6 +50,55 @@ impl Probe<'_> {
       EMPTY => None,
       n => Some(&self.index.nodes[n as usize]),
     }
+  }
+
+  /// Looks up every position from 0 to the deepest one present. A bisection finds that position
+  /// (taking the midpoints the jump search takes next); then each node's parent link gives the
+  /// position before it. Nodes of one chain sit together in the slab, so the walk up reads
+  /// neighbouring memory where separate lookups would each miss the cache. A link that does not
+  /// lead to the previous key (a chain rooted in another tier, or a link never set) is replaced
+  /// by a lookup; the walk stops at a position that is absent.
+  ///
+  /// Returns the deepest position when every position up to it was filled.
+  fn walk_path(&mut self) -> Option<usize> {
+    let n = self.seqs.len();
+    if n == 0 || self.node(0).is_none() {
+      return None;
+    }
+    let (mut lo, mut hi) = (0, n - 1);
+    if self.node(hi).is_some() {
+      lo = hi;
+    }
+    while hi > lo + 1 {
+      let mid = lo + (hi - lo) / 2;
+      if self.node(mid).is_some() {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    let nodes = &self.index.nodes;
+    let mut cur = self.nodes[lo];
+    for i in (1..=lo).rev() {
+      if self.nodes[i - 1] == UNSEEN {
+        let parent = nodes[cur as usize].parent;
+        if parent < FREED && nodes[parent as usize].key == self.seqs[i - 1] {
+          self.nodes[i - 1] = parent;
+          if let Some(up) = nodes.get(parent as usize) {
+            let up = up.parent;
+            if up < FREED {
+              prefetch_read(std::ptr::addr_of!(nodes[up as usize]).cast());
+            }
+          }
+        } else if self.node(i - 1).is_none() {
+          return None;
+        }
+      } else if self.nodes[i - 1] == EMPTY {
+        return None;
+      }
+      cur = self.nodes[i - 1];
+    }
+    Some(lo)
   }
 
   fn has(&mut self, i: usize, slot: u32) -> bool {
@@ -108,6 +157,7 @@ impl Index {
       seqs,
       nodes: vec![UNSEEN; seqs.len()],
     };
+    let deepest = probe.walk_path();
     let mut score = vec![0u32; self.workers.len()];
     let mut first: Vec<u32> = Vec::new();
     if let Some(n0) = (!seqs.is_empty()).then(|| probe.node(0).copied()).flatten() {
@@ -120,6 +170,8 @@ impl Index {
 
     if opts.early_exit {
       self.scan(&mut probe, &first, &mut score, true);
+    } else if let (Some(d), 0) = (deepest, self.open_workers) {
+      self.sweep(&probe, d, &mut score);
     } else {
       let (closed, open): (Vec<u32>, Vec<u32>) = first
         .iter()
@@ -197,6 +249,26 @@ impl Index {
     }
     for s in alive {
       score[s as usize] = i as u32;
+    }
+  }
+
+  /// Scores when every worker is prefix-closed and every position up to the deepest present one
+  /// is known: one pass from that position up. Going up, a node's workers are a superset of its
+  /// child's, and the same workers where the count is the same; so members are read only where
+  /// the count grows, and a member not yet scored holds exactly the blocks up to there.
+  fn sweep(&self, probe: &Probe<'_>, deepest: usize, score: &mut [u32]) {
+    let mut count = 0;
+    for i in (0..=deepest).rev() {
+      let node = &self.nodes[probe.nodes[i] as usize];
+      let c = self.sets.len(node);
+      if c != count {
+        count = c;
+        self.sets.for_each(node, |s| {
+          if score[s as usize] == 0 {
+            score[s as usize] = i as u32 + 1;
+          }
+        });
+      }
     }
   }
 

@@ -2,11 +2,18 @@
 //! by several points into a side table of sorted `(slot, kids)` vectors. `kids` counts the
 //! worker's blocks whose parent is this node: removing a node that still has kids leaves those
 //! descendants unreachable for that worker. The inline worker's kids counter is the node's u16
-//! `kids`, widened through `Wide` past u16.
+//! `kids`, widened through `Wide` past u16. A node with a side vector keeps the vector's length in
+//! `kids` instead (`WIDE` past u16), so counting a node's workers reads the node alone.
 
-use super::node::{Node, Wide, EMPTY};
+use super::node::{Node, Wide, EMPTY, WIDE};
 
 const MULTI: u32 = 0x8000_0000;
+
+/// A side vector's length as kept in its node.
+#[inline]
+fn len_field(len: usize) -> u16 {
+  len.min(WIDE as usize) as u16
+}
 
 #[derive(Default)]
 pub(super) struct Sets {
@@ -20,6 +27,7 @@ impl Sets {
   pub fn len(&self, n: &Node) -> usize {
     match n.set {
       EMPTY => 0,
+      s if s & MULTI != 0 && n.kids != WIDE => n.kids as usize,
       s if s & MULTI != 0 => self.multi[(s & !MULTI) as usize].len(),
       _ => 1,
     }
@@ -63,6 +71,7 @@ impl Sets {
           Ok(_) => false,
           Err(at) => {
             v.insert(at, (slot, 0));
+            n.kids = len_field(v.len());
             true
           }
         }
@@ -84,6 +93,7 @@ impl Sets {
           }
         };
         n.set = i | MULTI;
+        n.kids = 2;
         true
       }
     }
@@ -104,7 +114,9 @@ impl Sets {
           self.multi[i] = Vec::new();
           self.free.push(i as u32);
           n.set = only;
-          n.kids = self.wide.set(n.kids, idx, only_kids);
+          n.kids = self.wide.set(0, idx, only_kids);
+        } else {
+          n.kids = len_field(v.len());
         }
         Some(kids)
       }

@@ -20,6 +20,7 @@ use crate::codec::{self, recover, Dialect};
 use crate::error::{KvError, KvResult};
 use crate::event::{KvEvent, StoredEvent};
 use crate::index::{Index, IndexConfig, IndexStats, StoredBlocks, WorkerDump, WorkerKey};
+use crate::shared::Shared;
 use crate::stream::Recovery;
 use std::collections::HashMap;
 
@@ -170,24 +171,7 @@ impl RouterIndex {
   }
 
   fn apply_decoded(&mut self, worker_id: u64, rank: u32, decoded: codec::Decoded) -> Applied {
-    let mut out = Applied {
-      unknown_events: decoded.unknown_events,
-      seq: decoded.batches.first().map_or(0, |b| b.seq),
-      ..Applied::default()
-    };
-    for b in &decoded.batches {
-      let w = WorkerKey {
-        worker_id,
-        dp_rank: b.dp_rank.map_or(rank, |r| r.max(0) as u32),
-      };
-      for ev in &b.events {
-        out.events += 1;
-        if self.apply(w, ev).is_err() {
-          out.layout_errors += 1;
-        }
-      }
-    }
-    out
+    apply_each(decoded, worker_id, rank, |w, ev| self.apply(w, ev))
   }
 
   /// `apply_payload` for SMG's numbered `KvEventBatch`: applied only when its seq is `expected`
@@ -402,6 +386,50 @@ impl RouterIndex {
       .iter()
       .map(|&t| (t, self.tiers[t as usize].stats()))
       .collect()
+  }
+}
+
+/// Applies every event of `decoded` with `apply`, each under its batch's DP rank or `rank`.
+fn apply_each(
+  decoded: codec::Decoded,
+  worker_id: u64,
+  rank: u32,
+  mut apply: impl FnMut(WorkerKey, &KvEvent) -> KvResult<()>,
+) -> Applied {
+  let mut out = Applied {
+    unknown_events: decoded.unknown_events,
+    seq: decoded.batches.first().map_or(0, |b| b.seq),
+    ..Applied::default()
+  };
+  for b in &decoded.batches {
+    let w = WorkerKey {
+      worker_id,
+      dp_rank: b.dp_rank.map_or(rank, |r| r.max(0) as u32),
+    };
+    for ev in &b.events {
+      out.events += 1;
+      if apply(w, ev).is_err() {
+        out.layout_errors += 1;
+      }
+    }
+  }
+  out
+}
+
+impl Shared<RouterIndex> {
+  /// `RouterIndex::apply_payload` with readers alongside: decoded before the lock is taken, then
+  /// applied one event per write lock, so a query never waits for the whole payload.
+  pub fn apply_payload(
+    &self,
+    worker_id: u64,
+    rank: u32,
+    bytes: &[u8],
+    dialect: Dialect,
+  ) -> KvResult<Applied> {
+    let decoded = codec::decode(bytes, dialect)?;
+    Ok(apply_each(decoded, worker_id, rank, |w, ev| {
+      self.write().apply(w, ev)
+    }))
   }
 }
 

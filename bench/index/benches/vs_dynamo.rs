@@ -1,0 +1,863 @@
+//! The core index side by side with Dynamo's indexers (`dynamo-kv-router` 1.6.1): its
+//! `ConcurrentRadixTreeCompressed` (CRTC) and `RadixTree`, fed the same generated events and asked
+//! the same queries, in one process.
+//!
+//!   cargo bench -p kvplane-index-bench --bench vs_dynamo
+//!
+//! Two workloads, 128 workers, 16-token blocks, 8k-token (512-block) queries:
+//! - `depths`: 48 shared conversations, each held by the 32 workers of its system prompt to random
+//!   depths, plus private chains and churn: a query matches 64 workers at many different depths.
+//! - `today`: the core bench's workload (128 workers x 16k blocks, 8 workers holding a shared
+//!   conversation at 8 depths), with queries on private conversations too.
+//!
+//! Measured per index: apply (block ops/s, single-threaded), `find_matches` p50/p99 per query
+//! (keys given, hashing excluded on both sides), bytes per membership (one counting allocator for
+//! all), `find_matches` p99 while another thread applies 1M block ops/s, and a check that every
+//! index returns the same per-worker counts on every query.
+//!
+//! Hashing is counted the same way on both sides: one xxh3 per stored block. kvplane hashes a
+//! stored block's tokens inside its apply; Dynamo's events carry the hash of the tokens
+//! (`tokens_hash`) computed before, so its figure with hashing adds Dynamo's own
+//! `compute_block_hash_for_seq` over the same tokens, timed separately.
+
+use criterion::Criterion;
+use dynamo_kv_router::indexer::concurrent_radix_tree_compressed::ConcurrentRadixTreeCompressed;
+use dynamo_kv_router::indexer::{RadixTree, SyncIndexer, WorkerTask};
+use dynamo_kv_router::protocols::{
+  compute_block_hash_for_seq, BlockHashOptions, ExternalSequenceBlockHash, KvCacheEvent,
+  KvCacheEventData, KvCacheRemoveData, KvCacheStoreData, KvCacheStoredBlockData, LocalBlockHash,
+  OverlapScores, RouterEvent,
+};
+use kvplane_core::event::{KvEvent, RemovedEvent, StoredEvent};
+use kvplane_core::hash::{hash_blocks, Algo, HashOptions};
+use kvplane_core::index::{Index, IndexConfig, MatchOptions, WorkerKey};
+use kvplane_core::shared::Shared;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const BS: usize = 16;
+const WORKERS: u32 = 128;
+
+// ---- one counting allocator for every index --------------------------------------------------
+
+/// Live heap bytes, counted only while `COUNTING` is set (a memory pass builds everything it
+/// frees inside the pass, so the difference across it is what the index keeps).
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+struct Counting;
+
+unsafe impl GlobalAlloc for Counting {
+  unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+    let p = unsafe { System.alloc(l) };
+    if !p.is_null() && COUNTING.load(Relaxed) {
+      LIVE.fetch_add(l.size() as isize, Relaxed);
+    }
+    p
+  }
+  unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+    let p = unsafe { System.alloc_zeroed(l) };
+    if !p.is_null() && COUNTING.load(Relaxed) {
+      LIVE.fetch_add(l.size() as isize, Relaxed);
+    }
+    p
+  }
+  unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+    unsafe { System.dealloc(p, l) };
+    if COUNTING.load(Relaxed) {
+      LIVE.fetch_sub(l.size() as isize, Relaxed);
+    }
+  }
+  unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+    let q = unsafe { System.realloc(p, l, new) };
+    if !q.is_null() && COUNTING.load(Relaxed) {
+      LIVE.fetch_add(new as isize - l.size() as isize, Relaxed);
+    }
+    q
+  }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Heap bytes `build` leaves live (everything else it allocates must be freed before it returns).
+fn kept_bytes<T>(build: impl FnOnce() -> T) -> (T, i64) {
+  let before = LIVE.load(Relaxed);
+  COUNTING.store(true, Relaxed);
+  let kept = build();
+  let bytes = LIVE.load(Relaxed) - before;
+  COUNTING.store(false, Relaxed);
+  (kept, bytes as i64)
+}
+
+// ---- workloads ----------------------------------------------------------------------------------
+
+struct Rng(u64);
+impl Rng {
+  fn next(&mut self) -> u64 {
+    self.0 ^= self.0 << 13;
+    self.0 ^= self.0 >> 7;
+    self.0 ^= self.0 << 17;
+    self.0
+  }
+  fn below(&mut self, n: u64) -> u64 {
+    self.next() % n
+  }
+  fn tokens(&mut self, blocks: usize) -> Vec<u32> {
+    (0..blocks * BS)
+      .map(|_| (self.next() % 150_000) as u32)
+      .collect()
+  }
+}
+
+/// A chain of blocks: its tokens and its blocks' engine ids (the same on every worker, as
+/// engines with a fixed hash seed give).
+struct Chain {
+  tokens: Vec<u32>,
+  ids: Vec<u64>,
+}
+
+impl Chain {
+  fn new(rng: &mut Rng, blocks: usize) -> Chain {
+    Chain {
+      tokens: rng.tokens(blocks),
+      ids: (0..blocks).map(|_| rng.next()).collect(),
+    }
+  }
+}
+
+enum Op {
+  Store {
+    w: u32,
+    parent: Option<u64>,
+    ids: Vec<u64>,
+    tokens: Vec<u32>,
+  },
+  Remove {
+    w: u32,
+    ids: Vec<u64>,
+  },
+}
+
+impl Op {
+  fn blocks(&self) -> usize {
+    match self {
+      Op::Store { ids, .. } | Op::Remove { ids, .. } => ids.len(),
+    }
+  }
+}
+
+struct Workload {
+  name: &'static str,
+  ops: Vec<Op>,
+  queries: Vec<Vec<u32>>,
+}
+
+/// Stores `chain[from..to]` for worker `w` under `parent` in events of `chunk` blocks.
+fn store_run(
+  ops: &mut Vec<Op>,
+  w: u32,
+  parent: Option<u64>,
+  chain: &Chain,
+  from: usize,
+  to: usize,
+  chunk: usize,
+) {
+  let mut parent = parent;
+  let mut at = from;
+  while at < to {
+    let end = (at + chunk).min(to);
+    ops.push(Op::Store {
+      w,
+      parent,
+      ids: chain.ids[at..end].to_vec(),
+      tokens: chain.tokens[at * BS..end * BS].to_vec(),
+    });
+    parent = Some(chain.ids[end - 1]);
+    at = end;
+  }
+}
+
+/// Interleaves per-worker event streams the way a fleet's events arrive: one event of each in
+/// turn.
+fn interleave(streams: Vec<Vec<Op>>, ops: &mut Vec<Op>) {
+  let mut streams: Vec<std::vec::IntoIter<Op>> =
+    streams.into_iter().map(|s| s.into_iter()).collect();
+  loop {
+    let mut any = false;
+    for s in &mut streams {
+      if let Some(op) = s.next() {
+        ops.push(op);
+        any = true;
+      }
+    }
+    if !any {
+      break;
+    }
+  }
+}
+
+/// Each worker's two system prompts (never the same one twice).
+fn prompts_of(w: u32) -> [usize; 2] {
+  let a = (w % 8) as usize;
+  [a, (a + 1 + (w as usize / 8) % 7) % 8]
+}
+
+fn depths() -> Workload {
+  let mut rng = Rng(0x5eed_0001);
+  let prompts: Vec<Chain> = (0..8).map(|_| Chain::new(&mut rng, 32)).collect();
+  let convs: Vec<Chain> = (0..48).map(|_| Chain::new(&mut rng, 480)).collect();
+  let mut ops = Vec::new();
+  for w in 0..WORKERS {
+    for p in prompts_of(w) {
+      store_run(&mut ops, w, None, &prompts[p], 0, 32, 32);
+    }
+  }
+  // Every worker holding a conversation's prompt holds a prefix of it, to a random depth, stored
+  // turn by turn (32 blocks an event); and 8 private chains of 128 blocks (16 blocks an event).
+  let mut streams = Vec::new();
+  let mut private: Vec<(u32, Chain, u64)> = Vec::new();
+  for w in 0..WORKERS {
+    let mut s = Vec::new();
+    for (c, conv) in convs.iter().enumerate() {
+      let p = c % 8;
+      if prompts_of(w).contains(&p) {
+        let depth = 1 + rng.below(480) as usize;
+        store_run(
+          &mut s,
+          w,
+          Some(*prompts[p].ids.last().unwrap()),
+          conv,
+          0,
+          depth,
+          32,
+        );
+      }
+    }
+    for _ in 0..8 {
+      let p = prompts_of(w)[rng.below(2) as usize];
+      let chain = Chain::new(&mut rng, 128);
+      let parent = *prompts[p].ids.last().unwrap();
+      store_run(&mut s, w, Some(parent), &chain, 0, 128, 16);
+      private.push((w, chain, parent));
+    }
+    streams.push(s);
+  }
+  interleave(streams, &mut ops);
+  // Churn: half the private chains lose their last 32 blocks and grow 32 new ones.
+  for (w, chain, _) in private.iter().step_by(2) {
+    ops.push(Op::Remove {
+      w: *w,
+      ids: chain.ids[96..].iter().rev().copied().collect(),
+    });
+    let grown = Chain::new(&mut rng, 32);
+    store_run(&mut ops, *w, Some(chain.ids[95]), &grown, 0, 32, 16);
+  }
+  let queries = (0..1000)
+    .map(|_| {
+      let c = rng.below(48) as usize;
+      let mut q = prompts[c % 8].tokens.clone();
+      q.extend_from_slice(&convs[c].tokens);
+      q
+    })
+    .collect();
+  Workload {
+    name: "depths",
+    ops,
+    queries,
+  }
+}
+
+fn today() -> Workload {
+  let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+  let prompts: Vec<Chain> = (0..8).map(|_| Chain::new(&mut rng, 64)).collect();
+  let shared = Chain::new(&mut rng, 448);
+  let mut ops = Vec::new();
+  let mut convs: Vec<(usize, Chain)> = Vec::new();
+  for w in 0..WORKERS {
+    let mut held = 0;
+    for p in prompts_of(w) {
+      store_run(&mut ops, w, None, &prompts[p], 0, 64, 64);
+      held += 64;
+    }
+    if w < 64 && w % 8 == 0 {
+      // Prefixes of the shared conversation under prompt 0, at different depths.
+      let depth = 56 + (w as usize / 8) * 56;
+      store_run(
+        &mut ops,
+        w,
+        Some(*prompts[0].ids.last().unwrap()),
+        &shared,
+        0,
+        depth,
+        depth,
+      );
+      held += depth;
+    }
+    while held < 16_384 {
+      let n = (16_384 - held).min(256);
+      let p = prompts_of(w)[rng.below(2) as usize];
+      let conv = Chain::new(&mut rng, n);
+      store_run(
+        &mut ops,
+        w,
+        Some(*prompts[p].ids.last().unwrap()),
+        &conv,
+        0,
+        n,
+        16,
+      );
+      held += n;
+      if convs.len() < 4096 && rng.below(8) == 0 {
+        convs.push((p, conv));
+      }
+    }
+  }
+  let mut shared_request = prompts[0].tokens.clone();
+  shared_request.extend_from_slice(&shared.tokens);
+  let queries = (0..1000)
+    .map(|i| {
+      if i % 2 == 0 {
+        return shared_request.clone();
+      }
+      let (p, conv) = &convs[rng.below(convs.len() as u64) as usize];
+      let mut q = prompts[*p].tokens.clone();
+      q.extend_from_slice(&conv.tokens);
+      q.extend(rng.tokens(512 - q.len() / BS));
+      q
+    })
+    .collect();
+  Workload {
+    name: "today",
+    ops,
+    queries,
+  }
+}
+
+// ---- the indexes, fed the same events -----------------------------------------------------------
+
+fn worker_key(w: u32) -> WorkerKey {
+  WorkerKey {
+    worker_id: w as u64,
+    dp_rank: 0,
+  }
+}
+
+fn kvplane_events(ops: &[Op]) -> Vec<(WorkerKey, KvEvent)> {
+  ops
+    .iter()
+    .map(|op| match op {
+      Op::Store {
+        w,
+        parent,
+        ids,
+        tokens,
+      } => (
+        worker_key(*w),
+        KvEvent::Stored(StoredEvent {
+          block_hashes: ids.clone(),
+          parent_block_hash: *parent,
+          token_ids: tokens.clone(),
+          block_size: BS as u32,
+          ..Default::default()
+        }),
+      ),
+      Op::Remove { w, ids } => (
+        worker_key(*w),
+        KvEvent::Removed(RemovedEvent {
+          block_hashes: ids.clone(),
+          ..Default::default()
+        }),
+      ),
+    })
+    .collect()
+}
+
+fn dynamo_hash(tokens: &[u32]) -> Vec<LocalBlockHash> {
+  compute_block_hash_for_seq(tokens, BS as u32, BlockHashOptions::default())
+}
+
+fn dynamo_events(ops: &[Op]) -> Vec<RouterEvent> {
+  ops
+    .iter()
+    .enumerate()
+    .map(|(i, op)| {
+      let (w, data) = match op {
+        Op::Store {
+          w,
+          parent,
+          ids,
+          tokens,
+        } => (
+          *w,
+          KvCacheEventData::Stored(KvCacheStoreData {
+            parent_hash: parent.map(ExternalSequenceBlockHash),
+            start_position: None,
+            blocks: ids
+              .iter()
+              .zip(dynamo_hash(tokens))
+              .map(|(&id, tokens_hash)| KvCacheStoredBlockData {
+                block_hash: ExternalSequenceBlockHash(id),
+                tokens_hash,
+                mm_extra_info: None,
+              })
+              .collect(),
+          }),
+        ),
+        Op::Remove { w, ids } => (
+          *w,
+          KvCacheEventData::Removed(KvCacheRemoveData {
+            block_hashes: ids.iter().map(|&h| ExternalSequenceBlockHash(h)).collect(),
+          }),
+        ),
+      };
+      RouterEvent::new(
+        w as u64,
+        KvCacheEvent {
+          event_id: i as u64,
+          data,
+          dp_rank: 0,
+        },
+      )
+    })
+    .collect()
+}
+
+fn build_kvplane(events: &[(WorkerKey, KvEvent)]) -> Index {
+  let mut ix = Index::new(IndexConfig {
+    retain_tokens: false,
+    ..IndexConfig::default()
+  });
+  for (w, ev) in events {
+    ix.apply(*w, ev).unwrap();
+  }
+  ix
+}
+
+fn build_radix(events: Vec<RouterEvent>) -> RadixTree {
+  let mut t = RadixTree::new();
+  for ev in events {
+    let _ = t.apply_event(ev);
+  }
+  t
+}
+
+/// A CRTC with its event thread (which owns the per-worker lookup tables), as Dynamo's thread
+/// pool runs one.
+struct Crtc {
+  tree: Arc<ConcurrentRadixTreeCompressed>,
+  tx: flume::Sender<WorkerTask>,
+  thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Crtc {
+  /// Queues `events`, then starts the event thread and waits until it has applied them all.
+  fn build(events: Vec<RouterEvent>) -> Crtc {
+    let tree = Arc::new(ConcurrentRadixTreeCompressed::new());
+    let (tx, rx) = flume::unbounded();
+    for ev in events {
+      tx.send(WorkerTask::Event(ev)).unwrap();
+    }
+    let t = tree.clone();
+    let thread = std::thread::spawn(move || t.worker(rx, None).unwrap());
+    let c = Crtc {
+      tree,
+      tx,
+      thread: Some(thread),
+    };
+    c.sync();
+    c
+  }
+
+  /// Returns once every event sent before has been applied.
+  fn sync(&self) {
+    let (resp, done) = tokio::sync::oneshot::channel();
+    let marker = RouterEvent::new(
+      u64::MAX,
+      KvCacheEvent {
+        event_id: 0,
+        data: KvCacheEventData::Cleared,
+        dp_rank: 0,
+      },
+    );
+    self
+      .tx
+      .send(WorkerTask::EventWithAck {
+        event: marker,
+        resp,
+      })
+      .unwrap();
+    let _ = done.blocking_recv();
+  }
+}
+
+impl Drop for Crtc {
+  fn drop(&mut self) {
+    let (tx, _) = flume::unbounded();
+    drop(std::mem::replace(&mut self.tx, tx));
+    if let Some(t) = self.thread.take() {
+      t.join().unwrap();
+    }
+  }
+}
+
+// ---- measures -----------------------------------------------------------------------------------
+
+type Scores = BTreeMap<(u64, u32), u32>;
+
+fn kvplane_scores(ix: &Index, keys: &[u64]) -> Scores {
+  ix.find_matches(keys, &MatchOptions::default())
+    .scores
+    .into_iter()
+    .filter(|s| s.1 > 0)
+    .map(|(w, n)| ((w.worker_id, w.dp_rank), n))
+    .collect()
+}
+
+fn dynamo_scores(s: OverlapScores) -> Scores {
+  s.scores
+    .into_iter()
+    .filter(|s| s.1 > 0)
+    .map(|(w, n)| ((w.worker_id, w.dp_rank), n))
+    .collect()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+  sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// p50 and p99 of `f` over `reps` passes of the queries, in µs.
+fn latency(queries: usize, reps: usize, mut f: impl FnMut(usize)) -> (f64, f64) {
+  let mut lat = Vec::with_capacity(queries * reps);
+  for _ in 0..reps {
+    for q in 0..queries {
+      let t = Instant::now();
+      f(q);
+      lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+  }
+  lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+  (percentile(&lat, 0.5), percentile(&lat, 0.99))
+}
+
+/// Churn events for the concurrent measure: 16-block stores on 64 workers of their own, and
+/// removals of the ones stored `resident` events earlier.
+struct Churn {
+  k: u64,
+  resident: u64,
+}
+
+impl Churn {
+  fn ids(k: u64) -> Vec<u64> {
+    (0..16).map(|i| splitmix(k * 16 + i + 1)).collect()
+  }
+  fn worker(k: u64) -> u32 {
+    10_000 + (k % 64) as u32
+  }
+  fn tokens(k: u64) -> Vec<u32> {
+    let base = splitmix(!k);
+    (0..16 * BS as u64)
+      .map(|j| (base.wrapping_add(j * 0x9E37_79B9_7F4A_7C15) >> 16) as u32)
+      .collect()
+  }
+  /// The next pair: store event `k`, remove event `k - resident` (once there is one).
+  fn next(&mut self) -> Vec<Op> {
+    let k = self.k;
+    self.k += 1;
+    let mut out = vec![Op::Store {
+      w: Churn::worker(k),
+      parent: None,
+      ids: Churn::ids(k),
+      tokens: Churn::tokens(k),
+    }];
+    if k >= self.resident {
+      let gone = k - self.resident;
+      out.push(Op::Remove {
+        w: Churn::worker(gone),
+        ids: Churn::ids(gone),
+      });
+    }
+    out
+  }
+}
+
+fn splitmix(k: u64) -> u64 {
+  let mut z = k.wrapping_add(0x9E37_79B9_7F4A_7C15);
+  z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+  z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+  z ^ (z >> 31)
+}
+
+/// Runs `apply` on a thread of its own at `ops_per_sec` block ops until `stop`: each millisecond
+/// it applies that millisecond's share, then sleeps. Returns the block ops applied and seconds.
+fn paced_writer(
+  ops_per_sec: f64,
+  stop: Arc<AtomicBool>,
+  mut apply: impl FnMut(Vec<Op>) -> usize + Send + 'static,
+) -> std::thread::JoinHandle<(usize, f64)> {
+  std::thread::spawn(move || {
+    let mut churn = Churn {
+      k: 0,
+      resident: 4096,
+    };
+    let start = Instant::now();
+    let mut done = 0usize;
+    while !stop.load(Relaxed) {
+      let due = (start.elapsed().as_secs_f64() * ops_per_sec) as usize;
+      while done < due {
+        done += apply(churn.next());
+      }
+      std::thread::sleep(Duration::from_micros(500));
+    }
+    (done, start.elapsed().as_secs_f64())
+  })
+}
+
+struct Figures {
+  apply_mops: f64,
+  p50: f64,
+  p99: f64,
+  bytes_per_membership: f64,
+}
+
+fn report(name: &str, index: &str, f: &Figures, extra: &str) {
+  println!(
+    "REPORT {name} {index:<22} apply {:>6.2} M block ops/s | find_matches p50 {:>7.2} us p99 {:>7.2} us | {:>6.1} B/membership{extra}",
+    f.apply_mops, f.p50, f.p99, f.bytes_per_membership
+  );
+}
+
+fn run(wl: &Workload, c: &mut Criterion) {
+  let name = wl.name;
+  let block_ops: usize = wl.ops.iter().map(Op::blocks).sum();
+  let keys: Vec<Vec<u64>> = wl
+    .queries
+    .iter()
+    .map(|q| {
+      hash_blocks(q, &HashOptions::new(Algo::Xxh3, BS), false)
+        .unwrap()
+        .hashes
+    })
+    .collect();
+  let locals: Vec<Vec<LocalBlockHash>> = wl.queries.iter().map(|q| dynamo_hash(q)).collect();
+
+  // Apply, timed: kvplane (hashing inside), RadixTree, CRTC (events given their tokens_hash).
+  let kv_events = kvplane_events(&wl.ops);
+  let t = Instant::now();
+  let kv = build_kvplane(&kv_events);
+  let kv_secs = t.elapsed().as_secs_f64();
+  drop(kv_events);
+  let t = Instant::now();
+  for op in &wl.ops {
+    if let Op::Store { tokens, .. } = op {
+      black_box(dynamo_hash(tokens));
+    }
+  }
+  let hash_secs = t.elapsed().as_secs_f64();
+  let events = dynamo_events(&wl.ops);
+  let t = Instant::now();
+  let radix = build_radix(events);
+  let radix_secs = t.elapsed().as_secs_f64();
+  let events = dynamo_events(&wl.ops);
+  let t = Instant::now();
+  let crtc = Crtc::build(events);
+  let crtc_secs = t.elapsed().as_secs_f64();
+  let memberships = kv.stats().memberships;
+
+  // The same per-worker counts on every query, and how many depths they span.
+  let mut depths = std::collections::HashSet::new();
+  let mut matched = 0usize;
+  for (k, l) in keys.iter().zip(&locals) {
+    let a = kvplane_scores(&kv, k);
+    let b = dynamo_scores(SyncIndexer::find_matches(&*crtc.tree, l, false));
+    let r = dynamo_scores(radix.find_matches(l.clone(), false));
+    assert_eq!(a, b, "{name}: kvplane and CRTC differ");
+    assert_eq!(a, r, "{name}: kvplane and RadixTree differ");
+    matched += a.len();
+    depths.extend(a.values().copied());
+  }
+  println!(
+    "REPORT {name}: {} events, {block_ops} block ops, {memberships} memberships; {} queries, same per-worker counts on all three indexes; {:.1} workers matched a query, at {} distinct depths",
+    wl.ops.len(),
+    keys.len(),
+    matched as f64 / keys.len() as f64,
+    depths.len()
+  );
+
+  // find_matches latency, keys given.
+  let opts = MatchOptions::default();
+  let kv_lat = latency(keys.len(), 20, |q| {
+    black_box(kv.find_matches(&keys[q], &opts));
+  });
+  let crtc_lat = latency(locals.len(), 20, |q| {
+    black_box(SyncIndexer::find_matches(&*crtc.tree, &locals[q], false));
+  });
+  let mut given: Vec<Vec<LocalBlockHash>> = Vec::new();
+  let radix_lat = {
+    let mut lat = Vec::new();
+    for _ in 0..20 {
+      given.clone_from(&locals);
+      for q in given.drain(..) {
+        let t = Instant::now();
+        black_box(radix.find_matches(q, false));
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+      }
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (percentile(&lat, 0.5), percentile(&lat, 0.99))
+  };
+  drop(radix);
+
+  // Memory: each index built again under the counting allocator, then dropped (the timed ones
+  // above answer the concurrent measure below).
+  let (kv2, kv_bytes) = kept_bytes(|| {
+    let evs = kvplane_events(&wl.ops);
+    build_kvplane(&evs)
+  });
+  drop(kv2);
+  let (radix2, radix_bytes) = kept_bytes(|| build_radix(dynamo_events(&wl.ops)));
+  drop(radix2);
+  let (crtc2, crtc_bytes) = kept_bytes(|| Crtc::build(dynamo_events(&wl.ops)));
+  drop(crtc2);
+
+  let per = |b: i64| b as f64 / memberships as f64;
+  let kv_f = Figures {
+    apply_mops: block_ops as f64 / kv_secs / 1e6,
+    p50: kv_lat.0,
+    p99: kv_lat.1,
+    bytes_per_membership: per(kv_bytes),
+  };
+  let radix_f = Figures {
+    apply_mops: block_ops as f64 / radix_secs / 1e6,
+    p50: radix_lat.0,
+    p99: radix_lat.1,
+    bytes_per_membership: per(radix_bytes),
+  };
+  let crtc_f = Figures {
+    apply_mops: block_ops as f64 / crtc_secs / 1e6,
+    p50: crtc_lat.0,
+    p99: crtc_lat.1,
+    bytes_per_membership: per(crtc_bytes),
+  };
+  let with_hash = |secs: f64| {
+    format!(
+      " | apply with hashing {:.2} M/s",
+      block_ops as f64 / (secs + hash_secs) / 1e6
+    )
+  };
+  report(name, "kvplane", &kv_f, " (hashing inside)");
+  report(name, "dynamo RadixTree", &radix_f, &with_hash(radix_secs));
+  report(name, "dynamo CRTC", &crtc_f, &with_hash(crtc_secs));
+  let best_apply = (block_ops as f64 / (radix_secs + hash_secs))
+    .max(block_ops as f64 / (crtc_secs + hash_secs))
+    / 1e6;
+  println!(
+    "REPORT {name} ratios: find_matches p99 kvplane/best dynamo {:.2}x (target <= 1); apply kvplane/best dynamo with hashing {:.2}x (target >= 1.5); memory kvplane/best dynamo {:.2}x (target <= 0.5)",
+    kv_f.p99 / radix_f.p99.min(crtc_f.p99),
+    kv_f.apply_mops / best_apply,
+    kv_f.bytes_per_membership / radix_f.bytes_per_membership.min(crtc_f.bytes_per_membership),
+  );
+
+  // Reads while another thread applies 1M block ops/s.
+  let shared = Arc::new(Shared::new(kv));
+  let idle = latency(keys.len(), 10, |q| {
+    black_box(shared.read().find_matches(&keys[q], &opts));
+  });
+  let stop = Arc::new(AtomicBool::new(false));
+  let writer = {
+    let shared = shared.clone();
+    paced_writer(1e6, stop.clone(), move |ops| {
+      let mut n = 0;
+      for (w, ev) in kvplane_events(&ops) {
+        n += match &ev {
+          KvEvent::Stored(s) => s.block_hashes.len(),
+          KvEvent::Removed(r) => r.block_hashes.len(),
+          _ => 0,
+        };
+        shared.write().apply(w, &ev).unwrap();
+      }
+      n
+    })
+  };
+  let busy = latency(keys.len(), 10, |q| {
+    black_box(shared.read().find_matches(&keys[q], &opts));
+  });
+  stop.store(true, Relaxed);
+  let (ops, secs) = writer.join().unwrap();
+  println!(
+    "REPORT {name} kvplane reads during writes: writer {:.2} M block ops/s; find_matches p50 {:.2} us p99 {:.2} us, idle p99 {:.2} us: {:.2}x idle (target <= 2)",
+    ops as f64 / secs / 1e6,
+    busy.0,
+    busy.1,
+    idle.1,
+    busy.1 / idle.1
+  );
+  let crtc_idle = latency(locals.len(), 10, |q| {
+    black_box(SyncIndexer::find_matches(&*crtc.tree, &locals[q], false));
+  });
+  let stop = Arc::new(AtomicBool::new(false));
+  let writer = {
+    let tx = crtc.tx.clone();
+    paced_writer(1e6, stop.clone(), move |ops| {
+      let n = ops.iter().map(Op::blocks).sum();
+      for ev in dynamo_events(&ops) {
+        tx.send(WorkerTask::Event(ev)).unwrap();
+      }
+      n
+    })
+  };
+  let crtc_busy = latency(locals.len(), 10, |q| {
+    black_box(SyncIndexer::find_matches(&*crtc.tree, &locals[q], false));
+  });
+  stop.store(true, Relaxed);
+  let (ops, secs) = writer.join().unwrap();
+  crtc.sync();
+  println!(
+    "REPORT {name} dynamo CRTC reads during writes: writer {:.2} M block ops/s; find_matches p50 {:.2} us p99 {:.2} us, idle p99 {:.2} us: {:.2}x idle",
+    ops as f64 / secs / 1e6,
+    crtc_busy.0,
+    crtc_busy.1,
+    crtc_idle.1,
+    crtc_busy.1 / crtc_idle.1
+  );
+
+  // Criterion: the same queries in turn.
+  let mut g = c.benchmark_group(format!("find_matches/{name}"));
+  let mut i = 0;
+  g.bench_function("kvplane", |b| {
+    b.iter(|| {
+      i = (i + 1) % keys.len();
+      black_box(shared.read().find_matches(&keys[i], &opts))
+    })
+  });
+  g.bench_function("dynamo_crtc", |b| {
+    b.iter(|| {
+      i = (i + 1) % locals.len();
+      black_box(SyncIndexer::find_matches(&*crtc.tree, &locals[i], false))
+    })
+  });
+  g.finish();
+}
+
+fn main() {
+  let mut c = Criterion::default()
+    .sample_size(10)
+    .measurement_time(Duration::from_secs(2))
+    .warm_up_time(Duration::from_millis(500))
+    .configure_from_args();
+  for make in [depths as fn() -> Workload, today] {
+    let t = Instant::now();
+    let wl = make();
+    eprintln!(
+      "{}: generated in {:.1}s",
+      wl.name,
+      t.elapsed().as_secs_f64()
+    );
+    run(&wl, &mut c);
+  }
+  c.final_summary();
+}
