@@ -712,56 +712,6 @@ fn run(wl: &Workload, c: &mut Criterion) {
   };
   drop(radix);
 
-  // Memory: each index built again under the counting allocator, then dropped (the timed ones
-  // above answer the concurrent measure below).
-  let (kv2, kv_bytes) = kept_bytes(|| {
-    let evs = kvplane_events(&wl.ops);
-    build_kvplane(&evs)
-  });
-  drop(kv2);
-  let (radix2, radix_bytes) = kept_bytes(|| build_radix(dynamo_events(&wl.ops)));
-  drop(radix2);
-  let (crtc2, crtc_bytes) = kept_bytes(|| Crtc::build(dynamo_events(&wl.ops)));
-  drop(crtc2);
-
-  let per = |b: i64| b as f64 / memberships as f64;
-  let kv_f = Figures {
-    apply_mops: block_ops as f64 / kv_secs / 1e6,
-    p50: kv_lat.0,
-    p99: kv_lat.1,
-    bytes_per_membership: per(kv_bytes),
-  };
-  let radix_f = Figures {
-    apply_mops: block_ops as f64 / radix_secs / 1e6,
-    p50: radix_lat.0,
-    p99: radix_lat.1,
-    bytes_per_membership: per(radix_bytes),
-  };
-  let crtc_f = Figures {
-    apply_mops: block_ops as f64 / crtc_secs / 1e6,
-    p50: crtc_lat.0,
-    p99: crtc_lat.1,
-    bytes_per_membership: per(crtc_bytes),
-  };
-  let with_hash = |secs: f64| {
-    format!(
-      " | apply with hashing {:.2} M/s",
-      block_ops as f64 / (secs + hash_secs) / 1e6
-    )
-  };
-  report(name, "kvplane", &kv_f, " (hashing inside)");
-  report(name, "dynamo RadixTree", &radix_f, &with_hash(radix_secs));
-  report(name, "dynamo CRTC", &crtc_f, &with_hash(crtc_secs));
-  let best_apply = (block_ops as f64 / (radix_secs + hash_secs))
-    .max(block_ops as f64 / (crtc_secs + hash_secs))
-    / 1e6;
-  println!(
-    "REPORT {name} ratios: find_matches p99 kvplane/best dynamo {:.2}x (target <= 1); apply kvplane/best dynamo with hashing {:.2}x (target >= 1.5); memory kvplane/best dynamo {:.2}x (target <= 0.5)",
-    kv_f.p99 / radix_f.p99.min(crtc_f.p99),
-    kv_f.apply_mops / best_apply,
-    kv_f.bytes_per_membership / radix_f.bytes_per_membership.min(crtc_f.bytes_per_membership),
-  );
-
   // Reads while another thread applies 1M block ops/s.
   let shared = Arc::new(Shared::new(kv));
   let idle = latency(keys.len(), 10, |q| {
@@ -841,9 +791,108 @@ fn run(wl: &Workload, c: &mut Criterion) {
     })
   });
   g.finish();
+
+  drop((shared, crtc));
+
+  // Memory: each index built again under the counting allocator, then dropped.
+  let (kv2, kv_bytes) = kept_bytes(|| {
+    let evs = kvplane_events(&wl.ops);
+    build_kvplane(&evs)
+  });
+  drop(kv2);
+  let (radix2, radix_bytes) = kept_bytes(|| build_radix(dynamo_events(&wl.ops)));
+  drop(radix2);
+  let (crtc2, crtc_bytes) = kept_bytes(|| Crtc::build(dynamo_events(&wl.ops)));
+  drop(crtc2);
+
+  let per = |b: i64| b as f64 / memberships as f64;
+  let kv_f = Figures {
+    apply_mops: block_ops as f64 / kv_secs / 1e6,
+    p50: kv_lat.0,
+    p99: kv_lat.1,
+    bytes_per_membership: per(kv_bytes),
+  };
+  let radix_f = Figures {
+    apply_mops: block_ops as f64 / radix_secs / 1e6,
+    p50: radix_lat.0,
+    p99: radix_lat.1,
+    bytes_per_membership: per(radix_bytes),
+  };
+  let crtc_f = Figures {
+    apply_mops: block_ops as f64 / crtc_secs / 1e6,
+    p50: crtc_lat.0,
+    p99: crtc_lat.1,
+    bytes_per_membership: per(crtc_bytes),
+  };
+  let with_hash = |secs: f64| {
+    format!(
+      " | apply with hashing {:.2} M/s",
+      block_ops as f64 / (secs + hash_secs) / 1e6
+    )
+  };
+  report(name, "kvplane", &kv_f, " (hashing inside)");
+  report(name, "dynamo RadixTree", &radix_f, &with_hash(radix_secs));
+  report(name, "dynamo CRTC", &crtc_f, &with_hash(crtc_secs));
+  let best_apply = (block_ops as f64 / (radix_secs + hash_secs))
+    .max(block_ops as f64 / (crtc_secs + hash_secs))
+    / 1e6;
+  println!(
+    "REPORT {name} ratios: find_matches p99 kvplane/best dynamo {:.2}x (target <= 1); apply kvplane/best dynamo with hashing {:.2}x (target >= 1.5); memory kvplane/best dynamo {:.2}x (target <= 0.5)",
+    kv_f.p99 / radix_f.p99.min(crtc_f.p99),
+    kv_f.apply_mops / best_apply,
+    kv_f.bytes_per_membership / radix_f.bytes_per_membership.min(crtc_f.bytes_per_membership),
+  );
+}
+
+/// `VS_DYNAMO_PROFILE=find|apply`: only kvplane's side of one measure on the `depths` workload, in
+/// a loop for a profiler.
+fn profile(what: &str) {
+  let wl = depths();
+  let keys: Vec<Vec<u64>> = wl
+    .queries
+    .iter()
+    .map(|q| {
+      hash_blocks(q, &HashOptions::new(Algo::Xxh3, BS), false)
+        .unwrap()
+        .hashes
+    })
+    .collect();
+  let evs = kvplane_events(&wl.ops);
+  let t = Instant::now();
+  let mut kv = build_kvplane(&evs);
+  while what == "apply" && t.elapsed() < Duration::from_secs(10) {
+    kv = build_kvplane(&evs);
+  }
+  let opts = MatchOptions::default();
+  let (t, mut n) = (Instant::now(), 0);
+  while t.elapsed() < Duration::from_secs(10) {
+    for k in &keys {
+      black_box(kv.find_matches(k, &opts));
+    }
+    n += keys.len();
+  }
+  eprintln!(
+    "find_matches: {:.2} us a query",
+    t.elapsed().as_secs_f64() * 1e6 / n as f64
+  );
+  let shared = Shared::new(kv);
+  let (t, mut n) = (Instant::now(), 0);
+  while t.elapsed() < Duration::from_secs(5) {
+    for k in &keys {
+      black_box(shared.read().find_matches(k, &opts));
+    }
+    n += keys.len();
+  }
+  eprintln!(
+    "find_matches through Shared: {:.2} us a query",
+    t.elapsed().as_secs_f64() * 1e6 / n as f64
+  );
 }
 
 fn main() {
+  if let Ok(what) = std::env::var("VS_DYNAMO_PROFILE") {
+    return profile(&what);
+  }
   let mut c = Criterion::default()
     .sample_size(10)
     .measurement_time(Duration::from_secs(2))

@@ -2,13 +2,14 @@
 //!
 //! Engines evict from the tail, so a worker's blocks are prefix-closed: if it holds block i of a
 //! chain it holds blocks 0..i too. For such workers the set holding block i shrinks as i grows,
-//! and two positions holding the same number of prefix-closed workers hold the same ones. The
-//! search bisects between positions whose counts differ, so it costs O(changes x log n) lookups
-//! instead of n. Workers that are not prefix-closed (an inner block was removed) are scanned
-//! exactly.
+//! and two positions holding the same number of prefix-closed workers hold the same ones. A
+//! bisection finds the deepest position present; parent links lead up from there, and one pass
+//! reads holders only where their count changes. When some worker is not prefix-closed (an inner
+//! block was removed), the search bisects between positions whose counts differ, and such
+//! workers are scanned exactly.
 
 use super::node::{Node, EMPTY, FREED};
-use super::table::{hash32, prefetch_read};
+use super::table::hash32;
 use super::{Index, WorkerKey};
 
 #[derive(Debug, Clone, Default)]
@@ -52,15 +53,9 @@ impl Probe<'_> {
     }
   }
 
-  /// Looks up every position from 0 to the deepest one present. A bisection finds that position
-  /// (taking the midpoints the jump search takes next); then each node's parent link gives the
-  /// position before it. Nodes of one chain sit together in the slab, so the walk up reads
-  /// neighbouring memory where separate lookups would each miss the cache. A link that does not
-  /// lead to the previous key (a chain rooted in another tier, or a link never set) is replaced
-  /// by a lookup; the walk stops at a position that is absent.
-  ///
-  /// Returns the deepest position when every position up to it was filled.
-  fn walk_path(&mut self) -> Option<usize> {
+  /// The deepest position present, by bisection (taking the midpoints the jump search takes
+  /// next), or `None` when block 0 is absent.
+  fn deepest(&mut self) -> Option<usize> {
     let n = self.seqs.len();
     if n == 0 || self.node(0).is_none() {
       return None;
@@ -77,28 +72,50 @@ impl Probe<'_> {
         hi = mid;
       }
     }
-    let nodes = &self.index.nodes;
-    let mut cur = self.nodes[lo];
-    for i in (1..=lo).rev() {
-      if self.nodes[i - 1] == UNSEEN {
-        let parent = nodes[cur as usize].parent;
-        if parent < FREED && nodes[parent as usize].key == self.seqs[i - 1] {
-          self.nodes[i - 1] = parent;
-          if let Some(up) = nodes.get(parent as usize) {
-            let up = up.parent;
-            if up < FREED {
-              prefetch_read(std::ptr::addr_of!(nodes[up as usize]).cast());
-            }
-          }
-        } else if self.node(i - 1).is_none() {
-          return None;
-        }
-      } else if self.nodes[i - 1] == EMPTY {
-        return None;
-      }
-      cur = self.nodes[i - 1];
-    }
     Some(lo)
+  }
+
+  /// Walks up from position `deepest` to 0 by parent links, filling every position's node and
+  /// handing each to `visit`, deepest first. A link needs no key check: a node's key chains its
+  /// parent's (the content hash, or the engine's chained hash), and a parent lives as long as a
+  /// child links to it. Nodes of one chain sit together in the slab, so the walk reads
+  /// neighbouring memory where separate lookups would each miss the cache; and a parent is
+  /// usually the slot just before its child, so the next node is fetched on that guess while the
+  /// link is still being read. A node without a link (a chain rooted in another tier) is followed
+  /// by a lookup. False when a position is absent (the walk stops there).
+  fn walk_up(&mut self, deepest: usize, mut visit: impl FnMut(usize, &Node)) -> bool {
+    let nodes = &self.index.nodes;
+    let mut cur = self.nodes[deepest];
+    for i in (0..=deepest).rev() {
+      let node = &nodes[cur as usize];
+      visit(i, node);
+      if i == 0 {
+        break;
+      }
+      let guess = cur.wrapping_sub(1);
+      let next = match self.nodes[i - 1] {
+        UNSEEN if node.parent == guess => guess,
+        UNSEEN => match self.link_or_lookup(node.parent, i - 1) {
+          Some(n) => n,
+          None => return false,
+        },
+        EMPTY => return false,
+        n => n,
+      };
+      self.nodes[i - 1] = next;
+      cur = next;
+    }
+    true
+  }
+
+  /// Position `i`'s node: `parent` when the link is set, else a lookup.
+  #[cold]
+  fn link_or_lookup(&mut self, parent: u32, i: usize) -> Option<u32> {
+    if parent < FREED {
+      return Some(parent);
+    }
+    self.node(i)?;
+    Some(self.nodes[i])
   }
 
   fn has(&mut self, i: usize, slot: u32) -> bool {
@@ -157,7 +174,7 @@ impl Index {
       seqs,
       nodes: vec![UNSEEN; seqs.len()],
     };
-    let deepest = probe.walk_path();
+    let deepest = probe.deepest();
     let mut score = vec![0u32; self.workers.len()];
     let mut first: Vec<u32> = Vec::new();
     if let Some(n0) = (!seqs.is_empty()).then(|| probe.node(0).copied()).flatten() {
@@ -168,11 +185,20 @@ impl Index {
       });
     }
 
-    if opts.early_exit {
+    let swept = match deepest {
+      Some(d) if !opts.early_exit && self.open_workers == 0 => {
+        self.sweep(&mut probe, d, &mut score)
+      }
+      Some(d) => {
+        // Fills the positions the searches below read.
+        probe.walk_up(d, |_, _| {});
+        false
+      }
+      None => false,
+    };
+    if !swept && opts.early_exit {
       self.scan(&mut probe, &first, &mut score, true);
-    } else if let (Some(d), 0) = (deepest, self.open_workers) {
-      self.sweep(&probe, d, &mut score);
-    } else {
+    } else if !swept {
       let (closed, open): (Vec<u32>, Vec<u32>) = first
         .iter()
         .partition(|&&s| self.workers[s as usize].prefix_closed);
@@ -252,24 +278,35 @@ impl Index {
     }
   }
 
-  /// Scores when every worker is prefix-closed and every position up to the deepest present one
-  /// is known: one pass from that position up. Going up, a node's workers are a superset of its
-  /// child's, and the same workers where the count is the same; so members are read only where
-  /// the count grows, and a member not yet scored holds exactly the blocks up to there.
-  fn sweep(&self, probe: &Probe<'_>, deepest: usize, score: &mut [u32]) {
+  /// Scores when every worker is prefix-closed (the usual case): one walk up from the deepest
+  /// position. Going up, a node's workers are a superset of its child's, and the same workers
+  /// where their count is the same; so members are read only where the count grows, and a member
+  /// not yet scored holds exactly the blocks up to there. False (nothing scored) if the walk
+  /// found a position absent.
+  fn sweep(&self, probe: &mut Probe<'_>, deepest: usize, score: &mut [u32]) -> bool {
     let mut count = 0;
-    for i in (0..=deepest).rev() {
-      let node = &self.nodes[probe.nodes[i] as usize];
+    let done = probe.walk_up(deepest, |i, node| {
       let c = self.sets.len(node);
       if c != count {
+        // c - count members are new here: stop once they are found.
+        let mut new = c.saturating_sub(count);
         count = c;
-        self.sets.for_each(node, |s| {
+        self.sets.until(node, |s| {
+          if new == 0 {
+            return false;
+          }
           if score[s as usize] == 0 {
             score[s as usize] = i as u32 + 1;
+            new -= 1;
           }
+          new > 0
         });
       }
+    });
+    if !done {
+      score.fill(0);
     }
+    done
   }
 
   /// Jump search for the prefix-closed workers holding block 0.

@@ -8,7 +8,7 @@
 //! Removing an inner block leaves the worker's descendants of it unreachable for matching (a
 //! match counts consecutive leading blocks). They stay indexed and counted
 //! (`unreachable_blocks`) until the engine removes them or clears, and that worker is matched by
-//! an exact scan from then on instead of the jump search. Nodes no worker holds are reclaimed as
+//! an exact scan from then on. Nodes no worker holds are reclaimed as
 //! soon as no other node chains from them, so nothing leaks.
 
 mod dump;

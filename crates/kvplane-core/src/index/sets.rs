@@ -44,6 +44,24 @@ impl Sets {
     }
   }
 
+  /// Calls `f(slot)` for members in slot order until it returns false.
+  #[inline]
+  pub fn until(&self, n: &Node, mut f: impl FnMut(u32) -> bool) {
+    match n.set {
+      EMPTY => {}
+      s if s & MULTI != 0 => {
+        for e in &self.multi[(s & !MULTI) as usize] {
+          if !f(e.0) {
+            return;
+          }
+        }
+      }
+      s => {
+        f(s);
+      }
+    }
+  }
+
   /// Calls `f(slot)` for every member.
   #[inline]
   pub fn for_each(&self, n: &Node, mut f: impl FnMut(u32)) {
