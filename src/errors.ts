@@ -4,6 +4,8 @@ export type KvPlaneErrorCode =
   | 'ERR_DECODE'
   | 'ERR_UNSUPPORTED_LAYOUT'
   | 'ERR_CLOSED'
+  | 'ERR_BIND'
+  | 'ERR_NATIVE_LOAD'
   | 'ERR_INTERNAL';
 
 const CODES: ReadonlySet<string> = new Set<KvPlaneErrorCode>([
@@ -11,6 +13,8 @@ const CODES: ReadonlySet<string> = new Set<KvPlaneErrorCode>([
   'ERR_DECODE',
   'ERR_UNSUPPORTED_LAYOUT',
   'ERR_CLOSED',
+  'ERR_BIND',
+  'ERR_NATIVE_LOAD',
   'ERR_INTERNAL',
 ]);
 
@@ -60,6 +64,17 @@ export async function awaitNative<T>(fn: () => Promise<T>): Promise<T> {
     return await fn();
   } catch (err) {
     throw toKvPlaneError(err);
+  }
+}
+
+/** Runs `bind`, re-throwing its failure as `ERR_BIND` naming what could not be bound where. */
+export async function bindOrThrow<T>(what: string, address: string, bind: () => Promise<T>): Promise<T> {
+  try {
+    return await bind();
+  } catch (err) {
+    throw new KvPlaneError('ERR_BIND', `cannot bind ${what} on ${address}: ${(err as Error).message ?? err}`, {
+      cause: err,
+    });
   }
 }
 

@@ -1,3 +1,4 @@
+import type { HashBlocksOptions as NativeHashBlocksOptions } from '../index.js';
 import { awaitNative, callNative, invalidArg } from './errors.js';
 import native from './native.js';
 
@@ -92,7 +93,7 @@ const OPTION_KEYS: ReadonlySet<string> = new Set([
 function nativeArgs(
   tokens: Tokens,
   options: HashBlocksOptions,
-): [Uint32Array | number[], native.HashBlocksOptions, boolean] {
+): [Uint32Array | number[], NativeHashBlocksOptions, boolean] {
   if (typeof options !== 'object' || options === null) invalidArg('options must be an object');
   // A misspelt option would silently change the hash: refuse unknown keys.
   for (const key of Object.keys(options)) {
@@ -106,7 +107,7 @@ function nativeArgs(
       : Array.isArray(tokens)
         ? (tokens as number[])
         : invalidArg('tokens must be a Uint32Array or an array of numbers');
-  return [toks, rest as native.HashBlocksOptions, digests];
+  return [toks, rest as NativeHashBlocksOptions, digests];
 }
 
 /**

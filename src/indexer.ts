@@ -1,3 +1,4 @@
+import type * as Native from '../index.js';
 import type { RecoverAnswer as NativeRecoverAnswer } from '../index.js';
 import type { Dialect, EncodeFormat } from './codec.js';
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
@@ -164,7 +165,7 @@ function randomEpoch(): bigint {
  * last `bufferSteps` batches, and consistent tree dumps.
  */
 export class LocalIndexer {
-  readonly #native: native.NativeLocalIndexer;
+  readonly #native: Native.NativeLocalIndexer;
   readonly #blockSize: number;
   readonly #epoch: bigint;
 
@@ -187,7 +188,7 @@ export class LocalIndexer {
       () =>
         new native.NativeLocalIndexer({
           blockSize,
-          engineHash: engineHash === undefined ? undefined : ({ ...engineHash, blockSize } as native.HashBlocksOptions),
+          engineHash: engineHash === undefined ? undefined : ({ ...engineHash, blockSize } as Native.HashBlocksOptions),
           workerId,
           keyBy,
           retainTokens,
@@ -315,11 +316,11 @@ export class LocalIndexer {
    * @internal
    */
   drainAsync(
-    queue: native.NativeEventQueue,
+    queue: Native.NativeEventQueue,
     maxEvents: number,
     ts: number,
     dpRank: number | null,
-  ): Promise<native.PublishedOut> {
+  ): Promise<Native.PublishedOut> {
     return awaitNative(() => this.#native.drainAsync(queue, maxEvents, ts, dpRank));
   }
 
@@ -329,7 +330,7 @@ export class LocalIndexer {
    * next seq. Used by `KvEventStream.relay`.
    * @internal
    */
-  relayCoalesced(payloads: readonly Uint8Array[], dialect: Dialect, dpRank: number | null): native.PublishedOut {
+  relayCoalesced(payloads: readonly Uint8Array[], dialect: Dialect, dpRank: number | null): Native.PublishedOut {
     const bufs = payloads.map((b) => (Buffer.isBuffer(b) ? b : Buffer.from(b.buffer, b.byteOffset, b.byteLength)));
     return callNative(() => this.#native.relayCoalesced(bufs, dialect, dpRank));
   }
@@ -345,13 +346,13 @@ export class LocalIndexer {
     dialect: Dialect,
     ranks: Int32Array,
     nextIds: BigUint64Array,
-  ): native.RelayedIdsOut {
+  ): Native.RelayedIdsOut {
     const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     return callNative(() => this.#native.relayWithEventIds(buf, dialect, ranks, nextIds));
   }
 
   /** Publishes `AllBlocksCleared` for `dpRank` as the next batch. Used by `KvEventStream.clearRank`. @internal */
-  clearRank(dpRank: number | null, ts: number): native.PublishedOut {
+  clearRank(dpRank: number | null, ts: number): Native.PublishedOut {
     return callNative(() => this.#native.clearRank(dpRank, ts));
   }
 

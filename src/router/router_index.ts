@@ -1,3 +1,4 @@
+import type * as Native from '../../index.js';
 import type { Dialect } from '../codec.js';
 import { callNative, invalidArg, KvPlaneError } from '../errors.js';
 import native from '../native.js';
@@ -51,7 +52,7 @@ export interface RouterIndexStats {
  */
 export class RouterIndex {
   readonly blockSize: number;
-  readonly #native: native.NativeRouterIndex;
+  readonly #native: Native.NativeRouterIndex;
   readonly #subs = new Map<string, Subscription>();
   readonly #onWarning: RouterIndexOptions['onWarning'];
   readonly #zmqReceive: 'native' | 'js';
@@ -82,7 +83,7 @@ export class RouterIndex {
     return this.#closed;
   }
 
-  #open(): native.NativeRouterIndex {
+  #open(): Native.NativeRouterIndex {
     if (this.#closed) throw new KvPlaneError('ERR_CLOSED', 'the router index is closed');
     return this.#native;
   }

@@ -1,5 +1,5 @@
+import type * as Native from '../../index.js';
 import type { EncodeFormat } from '../codec.js';
-import type native from '../native.js';
 
 /** Batches one drain cycle published, in seq order, in one format: `payloads[i]` is batch `seqs[i]`. */
 export interface EncodedBatches {
@@ -14,7 +14,7 @@ export type BatchConsumer = (batches: EncodedBatches) => void;
  * One drain's batches in `format`, or `undefined` when the drain did not encode that format. The
  * only place that knows the shape of a drain's output: one entry per format, the log's first.
  */
-export function batchesIn(out: native.PublishedOut, format: EncodeFormat): EncodedBatches | undefined {
+export function batchesIn(out: Native.PublishedOut, format: EncodeFormat): EncodedBatches | undefined {
   const encoding = out.encodings.find((e) => e.format === format);
   return encoding && { seqs: out.seqs, payloads: encoding.payloads };
 }

@@ -1,5 +1,5 @@
+import type * as Native from '../../index.js';
 import type { LocalIndexer } from '../indexer.js';
-import type native from '../native.js';
 import type { EventQueue } from './queue.js';
 
 /** Most events one drain cycle takes (it holds the index lock while it applies them). */
@@ -13,7 +13,7 @@ export class DrainScheduler {
   readonly #indexer: LocalIndexer;
   readonly #queue: EventQueue;
   readonly #dpRank: number | null;
-  readonly #onCycle: (out: native.PublishedOut) => void;
+  readonly #onCycle: (out: Native.PublishedOut) => void;
   #scheduled = false;
   #inFlight: Promise<void> | undefined;
   #stopped = false;
@@ -22,7 +22,7 @@ export class DrainScheduler {
     indexer: LocalIndexer,
     queue: EventQueue,
     dpRank: number | null,
-    onCycle: (out: native.PublishedOut) => void,
+    onCycle: (out: Native.PublishedOut) => void,
   ) {
     this.#indexer = indexer;
     this.#queue = queue;

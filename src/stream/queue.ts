@@ -1,3 +1,4 @@
+import type * as Native from '../../index.js';
 import { callNative } from '../errors.js';
 import { columnArgs, type EventColumns, type KvEvent } from '../events.js';
 import native from '../native.js';
@@ -7,7 +8,7 @@ import native from '../native.js';
  * the overflow, counts it and marks the place, so the drain skips a seq there.
  */
 export class EventQueue {
-  readonly handle: native.NativeEventQueue;
+  readonly handle: Native.NativeEventQueue;
 
   constructor(maxEvents: number) {
     this.handle = callNative(() => new native.NativeEventQueue(maxEvents));

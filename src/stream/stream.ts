@@ -1,8 +1,8 @@
+import type * as Native from '../../index.js';
 import type { Dialect, EncodeFormat } from '../codec.js';
 import { KvPlaneError } from '../errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from '../events.js';
 import { LocalIndexer, type ZmqFormat } from '../indexer.js';
-import type native from '../native.js';
 import { type BatchConsumer, batchesIn } from './batches.js';
 import { DrainScheduler } from './drain.js';
 import { EventQueue } from './queue.js';
@@ -260,7 +260,7 @@ export class KvEventStream {
     if (this.#closed) throw new KvPlaneError('ERR_CLOSED', 'the KvEventStream is closed');
   }
 
-  #published(out: native.PublishedOut, dpRank: number | null = this.dataParallelRank): void {
+  #published(out: Native.PublishedOut, dpRank: number | null = this.dataParallelRank): void {
     this.#events += out.events;
     this.#batches += out.seqs.length;
     this.#gaps += out.gaps;

@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { listen } from '../../transports/http/listen.js';
 import { queryAnswer } from './answers.js';
 import { Fields, HttpError, jsonExact, parseJson, parseJsonExact } from './json.js';
 import { indexerMetrics } from './metrics.js';
@@ -73,10 +74,7 @@ export class IndexerServer {
     const server = createServer();
     const self = new IndexerServer(server, registry, stateFile);
     server.on('request', (req: IncomingMessage, res: ServerResponse) => void self.#handle(req, res));
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(opts.port ?? 8090, opts.host ?? '0.0.0.0', () => resolve());
-    });
+    await listen(server, opts.port ?? 8090, opts.host ?? '0.0.0.0');
     return self;
   }
 

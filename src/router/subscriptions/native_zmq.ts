@@ -1,9 +1,9 @@
-import type native from '../../native.js';
+import type * as Native from '../../../index.js';
 import type { LiveFeed, LiveHandlers } from '../../sources/engine/zmq_source.js';
 
-export type NativeZmqLink = native.NativeZmqLink;
-export type ZmqDelivery = native.ZmqDeliveryOut;
-export type ZmqLinkStats = native.ZmqLinkStatsOut;
+export type NativeZmqLink = Native.NativeZmqLink;
+export type ZmqDelivery = Native.ZmqDeliveryOut;
+export type ZmqLinkStats = Native.ZmqLinkStatsOut;
 
 /**
  * A rank's live socket read by a native link (crates/kvplane-zmq) on its own thread: while the

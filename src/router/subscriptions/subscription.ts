@@ -1,4 +1,4 @@
-import type native from '../../native.js';
+import type * as Native from '../../../index.js';
 import { trimMemorySoon } from '../../transports/memory.js';
 
 /**
@@ -24,7 +24,7 @@ export interface RouterTarget {
    * Reads a ZMQ publisher natively, applying its in-order batches to this index on the link
    * thread (absent: zeromq.js only). Throws `ERR_INVALID_ARG` for endpoints it cannot connect to.
    */
-  followZmq?(opts: native.ZmqLinkOptions, onDelivery: (d: native.ZmqDeliveryOut) => void): native.NativeZmqLink;
+  followZmq?(opts: Native.ZmqLinkOptions, onDelivery: (d: Native.ZmqDeliveryOut) => void): Native.NativeZmqLink;
 }
 
 /** How a worker's state was recovered, by kind. */

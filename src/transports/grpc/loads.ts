@@ -1,4 +1,5 @@
 import { status } from '@grpc/grpc-js';
+import type * as Native from '../../../index.js';
 import { callNative } from '../../errors.js';
 import native from '../../native.js';
 import { ENGINE_METHODS } from './engine_methods.js';
@@ -6,7 +7,7 @@ import type { GrpcUpstream } from './upstream.js';
 
 /** The engine's latest load, as the streams' records carry it. */
 export interface CurrentLoad {
-  loads: native.NativeEngineLoads;
+  loads: Native.NativeEngineLoads;
   /** Age of the `GetLoads` answer behind it. */
   ageMs: number;
 }
@@ -37,7 +38,7 @@ export class EngineLoadPoller implements LoadFeed {
   readonly #intervalMs: number;
   readonly #onPoll: () => void;
   readonly #request = callNative(() => native.getLoadsRequest());
-  #latest: { loads: native.NativeEngineLoads; at: number } | null = null;
+  #latest: { loads: Native.NativeEngineLoads; at: number } | null = null;
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
   readonly stats: LoadPollStats = { service: null, polls: 0, failures: 0 };

@@ -10,7 +10,7 @@ import {
   type sendUnaryData,
   status,
 } from '@grpc/grpc-js';
-import { KvPlaneError } from '../../errors.js';
+import { bindOrThrow, KvPlaneError } from '../../errors.js';
 import type { Snapshot } from '../../indexer.js';
 import type { EncodedBatches } from '../../stream/batches.js';
 import type { KvEventStream } from '../../stream/stream.js';
@@ -248,15 +248,18 @@ export class KvGrpcServer {
     const host = opts.host ?? '0.0.0.0';
     const address = host.includes(':') ? `[${host}]:${opts.port ?? 0}` : `${host}:${opts.port ?? 0}`;
     try {
-      self.#port = await new Promise<number>((resolve, reject) =>
-        server.bindAsync(address, creds, (err, port) => (err ? reject(err) : resolve(port))),
+      self.#port = await bindOrThrow(
+        'gRPC',
+        address,
+        () =>
+          new Promise<number>((resolve, reject) =>
+            server.bindAsync(address, creds, (err, port) => (err ? reject(err) : resolve(port))),
+          ),
       );
     } catch (err) {
       self.#unlisten();
       server.forceShutdown();
-      throw new KvPlaneError('ERR_INVALID_ARG', `cannot bind gRPC on ${address}: ${(err as Error).message}`, {
-        cause: err,
-      });
+      throw err;
     }
     self.#loads?.start();
     return self;

@@ -7,6 +7,7 @@ import type { SourceHealth } from '../../sources/source.js';
 import { bearerMatches } from '../auth.js';
 import type { KvGrpcServer } from '../grpc/server.js';
 import { trimMemorySoon } from '../memory.js';
+import { listen } from './listen.js';
 import { publisherMetrics, type RecoverCounts } from './metrics.js';
 
 /** An input feeding the publisher, as `/healthz` lists it. */
@@ -83,13 +84,7 @@ export class KvHttpServer {
     server.on('request', (req: IncomingMessage, res: ServerResponse) => {
       void self.#handle(req, res);
     });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
+    await listen(server, opts.port ?? 0, opts.host ?? '127.0.0.1');
     return self;
   }
 

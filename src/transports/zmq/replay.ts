@@ -1,4 +1,5 @@
 import { Router } from 'zeromq';
+import { bindOrThrow } from '../../errors.js';
 import type { LocalIndexer } from '../../indexer.js';
 import { trimMemorySoon } from '../memory.js';
 import { END_OF_REPLAY, SocketWriter, seqFrame } from './writer.js';
@@ -74,8 +75,13 @@ export class ReplayServer {
       linger: 0,
       ...opts.curve,
     });
-    if (opts.bind) await router.bind(opts.endpoint);
-    else router.connect(opts.endpoint);
+    try {
+      if (opts.bind) await bindOrThrow('the ZMQ replay socket', opts.endpoint, () => router.bind(opts.endpoint));
+      else router.connect(opts.endpoint);
+    } catch (err) {
+      router.close();
+      throw err;
+    }
     const server = new ReplayServer(router, opts);
     server.#loop = server.#receive();
     return server;

@@ -1,5 +1,5 @@
 import { Publisher } from 'zeromq';
-import { KvPlaneError } from '../../errors.js';
+import { bindOrThrow, KvPlaneError } from '../../errors.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { curveServerOptions, type ZmqCurveOptions, zapHandler } from './curve.js';
 import { type ReplayCounters, ReplayServer } from './replay.js';
@@ -71,7 +71,8 @@ export class ZmqTransport {
         curve = curveServerOptions(opts.curve, zapDomain);
       }
       pub = new Publisher({ sendHighWaterMark: opts.hwm, linger: 0, ...curve });
-      if (opts.bind) await pub.bind(opts.endpoint);
+      const p = pub;
+      if (opts.bind) await bindOrThrow('the ZMQ publisher', opts.endpoint, () => p.bind(opts.endpoint));
       else pub.connect(opts.endpoint);
       if (opts.replay !== null) {
         replay = await ReplayServer.create({
