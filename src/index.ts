@@ -73,6 +73,7 @@ export { SimEngine, type SimEngineOptions, type SimStats } from './sources/sim/e
 export { SimSource } from './sources/sim/source.js';
 export type { EventSink, EventSource, SourceHealth } from './sources/source.js';
 export type { BatchConsumer, EncodedBatches } from './stream/batches.js';
+export type { BatchIterationOptions, BatchIterator } from './stream/iterate.js';
 export { KvEventStream, type KvEventStreamOptions, type StreamStats } from './stream/stream.js';
 export { ENGINE_METHODS, type EngineMethod } from './transports/grpc/engine_methods.js';
 export {
@@ -92,6 +93,7 @@ export {
   subscribeDefinition,
   subscribePath,
 } from './transports/grpc/services.js';
+export type { MetricsOptions } from './transports/http/metrics.js';
 export { KvHttpServer, type KvHttpServerOptions, type SourceInfo } from './transports/http/server.js';
 export { trimMemorySoon } from './transports/memory.js';
 export {

@@ -3,6 +3,7 @@ import { KvPlaneError } from './errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from './events.js';
 import type { LocalIndexer, ZmqFormat } from './indexer.js';
 import { withDefaults } from './options.js';
+import type { BatchIterationOptions, BatchIterator } from './stream/iterate.js';
 import { KvEventStream } from './stream/stream.js';
 import {
   checkCount,
@@ -223,6 +224,14 @@ export class KvEventPublisher {
   /** Ranks whose source failed closed (unsupported layout), with the reason; empty when healthy. */
   get failClosed(): ReadonlyArray<{ dpRank: number; message: string }> {
     return this.stream.failClosed;
+  }
+
+  /**
+   * Every batch published from now on, as an async iterator (`KvEventStream.batches`):
+   * `for await (const { seqs, payloads } of publisher.batches({ signal })) ...`.
+   */
+  batches(options?: BatchIterationOptions): BatchIterator {
+    return this.stream.batches(options);
   }
 
   /** Publishes everything queued and resolves once it is on the socket. */

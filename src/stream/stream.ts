@@ -5,6 +5,7 @@ import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from '../events
 import { LocalIndexer, type ZmqFormat } from '../indexer.js';
 import { type BatchConsumer, batchesIn } from './batches.js';
 import { DrainScheduler } from './drain.js';
+import { type BatchIterationOptions, type BatchIterator, iterateBatches } from './iterate.js';
 import { EventQueue } from './queue.js';
 
 export interface KvEventStreamOptions {
@@ -214,6 +215,19 @@ export class KvEventStream {
       this.#consumers.splice(i, 1);
       if (!this.#closed && !this.#consumers.some((c) => c.format === format)) this.indexer.setFormat(format, false);
     };
+  }
+
+  /**
+   * Every batch published from now on, as an async iterator: `for await (const { seqs, payloads }
+   * of stream.batches({ signal }))`. It ends when the loop breaks, the signal aborts or the stream
+   * closes; a loop more than `maxQueued` drains behind loses the oldest (counted in `dropped`).
+   */
+  batches(options: BatchIterationOptions = {}): BatchIterator {
+    return iterateBatches(
+      (format, fn) => this.consume(format, fn),
+      (fn) => this.onClose(fn),
+      options,
+    );
   }
 
   /** Runs `fn` when the stream closes, after its last batch and before the index closes. */

@@ -10,6 +10,17 @@ const INDEX_DROPS = ['unknown_parent', 'unknown_removed', 'duplicate_store', 'un
  * `/kv_recover` requests by outcome: the answer kinds, `Refused` (429, too many at once) and
  * `Abandoned` (a client that did not read its answer within the send timeout; also counted by kind).
  */
+/** Where a server's metrics go: the application's prom-client registry, and a name prefix. */
+export interface MetricsOptions {
+  /**
+   * Register into this registry instead of a private one (the server's `/metrics` then serves it
+   * whole). Two servers in one registry need different prefixes.
+   */
+  registry?: Registry;
+  /** Prepended to every metric name. Default none. */
+  prefix?: string;
+}
+
 export type RecoverCounts = Record<'Events' | 'TreeDump' | 'TooNew' | 'InvalidRange' | 'Refused' | 'Abandoned', number>;
 
 /**
@@ -21,13 +32,15 @@ export function publisherMetrics(
   recover: RecoverCounts,
   grpc?: () => GrpcStats,
   sources: readonly { name: string; stats?: () => Record<string, unknown> }[] = [],
+  into: MetricsOptions = {},
 ): Registry {
-  const registry = new Registry();
+  const registry = into.registry ?? new Registry();
+  const prefix = into.prefix ?? '';
   const stats = () => publisher.stats();
   const index = () => (publisher.closed ? undefined : publisher.indexer.stats());
   const counter = (name: string, help: string, read: () => number) =>
     new Counter({
-      name,
+      name: prefix + name,
       help,
       registers: [registry],
       collect() {
@@ -37,7 +50,7 @@ export function publisherMetrics(
     });
   const gauge = (name: string, help: string, read: () => number) =>
     new Gauge({
-      name,
+      name: prefix + name,
       help,
       registers: [registry],
       collect() {
@@ -48,7 +61,7 @@ export function publisherMetrics(
   counter('kvplane_batches_published_total', 'Batches published on the stream', () => stats().batches);
   counter('kvplane_seq_gaps_total', 'Seqs skipped because the publish queue lost events', () => stats().gaps);
   new Counter({
-    name: 'kvplane_events_dropped_total',
+    name: `${prefix}kvplane_events_dropped_total`,
     help: 'Events dropped, by reason',
     labelNames: ['reason'],
     registers: [registry],
@@ -93,7 +106,7 @@ export function publisherMetrics(
     () => stats().replay.sessions,
   );
   new Counter({
-    name: 'kvplane_recover_requests_total',
+    name: `${prefix}kvplane_recover_requests_total`,
     help: '/kv_recover requests, by answer kind, Refused (429) or Abandoned (not read within the send timeout)',
     labelNames: ['answer'],
     registers: [registry],
@@ -102,7 +115,7 @@ export function publisherMetrics(
       for (const [answer, n] of Object.entries(recover)) this.inc({ answer }, n);
     },
   });
-  engineRankMetrics(registry, sources);
+  engineRankMetrics(registry, prefix, sources);
   if (grpc) {
     gauge('kvplane_grpc_subscribers', 'Open gRPC SubscribeKvEvents streams', () => grpc().subscribers);
     gauge('kvplane_grpc_max_lag_batches', 'The most batches any gRPC subscriber has waiting', () => grpc().maxLag);
@@ -125,7 +138,7 @@ export function publisherMetrics(
       () => grpc().cutOff,
     );
     new Counter({
-      name: 'kvplane_grpc_subscribes_total',
+      name: `${prefix}kvplane_grpc_subscribes_total`,
       help: 'gRPC subscriptions, by outcome',
       labelNames: ['outcome'],
       registers: [registry],
@@ -154,6 +167,7 @@ const RANK_COUNTS: Array<[keyof RankStats, string]> = [
 /** Per source and DP rank of an engine source: connected, last engine seq, and its counts. */
 function engineRankMetrics(
   registry: Registry,
+  prefix: string,
   sources: readonly { name: string; stats?: () => Record<string, unknown> }[],
 ): void {
   const ranks = () =>
@@ -161,7 +175,7 @@ function engineRankMetrics(
       ((src.stats?.().ranks as RankStats[] | undefined) ?? []).map((r) => ({ source: src.name, r })),
     );
   new Gauge({
-    name: 'kvplane_engine_rank_connected',
+    name: `${prefix}kvplane_engine_rank_connected`,
     help: "Whether the relay is connected to an engine rank's publisher",
     labelNames: ['source', 'rank'],
     registers: [registry],
@@ -173,7 +187,7 @@ function engineRankMetrics(
     },
   });
   new Gauge({
-    name: 'kvplane_engine_rank_last_seq',
+    name: `${prefix}kvplane_engine_rank_last_seq`,
     help: 'The last engine seq relayed for a rank (-1 before the first)',
     labelNames: ['source', 'rank'],
     registers: [registry],
@@ -185,7 +199,7 @@ function engineRankMetrics(
     },
   });
   new Gauge({
-    name: 'kvplane_engine_relay_latency_seconds',
+    name: `${prefix}kvplane_engine_relay_latency_seconds`,
     help: "Time engine batches spend in the relay, read off the engine's socket to handed to the outputs, over its last 8192 batches (quantile 1: the most)",
     labelNames: ['source', 'quantile'],
     registers: [registry],
@@ -204,7 +218,7 @@ function engineRankMetrics(
     },
   });
   new Counter({
-    name: 'kvplane_engine_rank_total',
+    name: `${prefix}kvplane_engine_rank_total`,
     help: 'Per engine rank: batches applied, gaps filled from replay, unrecoverable gaps, restarts, clears, duplicates, held batches dropped, malformed messages, undecodable payloads',
     labelNames: ['source', 'rank', 'what'],
     registers: [registry],

@@ -8,7 +8,7 @@ import { bearerMatches } from '../auth.js';
 import type { KvGrpcServer } from '../grpc/server.js';
 import { trimMemorySoon } from '../memory.js';
 import { listen } from './listen.js';
-import { publisherMetrics, type RecoverCounts } from './metrics.js';
+import { type MetricsOptions, publisherMetrics, type RecoverCounts } from './metrics.js';
 
 /** An input feeding the publisher, as `/healthz` lists it. */
 export interface SourceInfo {
@@ -43,6 +43,8 @@ export interface KvHttpServerOptions {
    * until then. Default 30,000 ms.
    */
   recoverSendTimeoutMs?: number;
+  /** The application's prom-client registry and a metric name prefix (`/metrics`). */
+  metrics?: MetricsOptions;
 }
 
 /**
@@ -75,6 +77,7 @@ export class KvHttpServer {
       this.#recover,
       grpc ? () => grpc.stats() : undefined,
       this.#sources,
+      opts.metrics,
     );
   }
 

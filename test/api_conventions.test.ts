@@ -1,0 +1,123 @@
+import { Counter, Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { decodeBatch, KvEventPublisher, KvEventStream, KvHttpServer, KvPlaneError } from '../src/index.js';
+import { FROM_SEQ_1 } from './fixtures.js';
+
+const BS = 4;
+
+function stored(first: number) {
+  return {
+    blockHashes: [BigInt(first)],
+    parentBlockHash: null,
+    tokenIds: Uint32Array.from({ length: BS }, (_, i) => first * 100 + i),
+    blockSize: BS,
+  };
+}
+
+describe('stream.batches(): for await over the published batches', () => {
+  it('yields every batch in seq order, decodable, until the signal aborts', async () => {
+    const s = new KvEventStream({ blockSize: BS, ...FROM_SEQ_1 });
+    const ac = new AbortController();
+    const seen: bigint[] = [];
+    const hashes: bigint[] = [];
+    const loop = (async () => {
+      for await (const { seqs, payloads } of s.batches({ signal: ac.signal })) {
+        seqs.forEach((seq, i) => {
+          seen.push(seq);
+          for (const e of decodeBatch(payloads[i] as Buffer, 'vllm').events) {
+            if (e.type === 'stored') hashes.push(...(e.blockHashes ?? []));
+          }
+        });
+        if (seen.length >= 5) ac.abort();
+      }
+    })();
+    for (let i = 1; i <= 5; i++) {
+      s.stored(stored(i));
+      await s.flush();
+    }
+    await loop;
+    expect(seen).toEqual([1n, 2n, 3n, 4n, 5n]);
+    expect(hashes).toEqual([1n, 2n, 3n, 4n, 5n]);
+    await s.close();
+  });
+
+  it('ends on break (its consumer removed) and when the stream closes', async () => {
+    const s = new KvEventStream({ blockSize: BS, ...FROM_SEQ_1 });
+    const it1 = s.batches();
+    const first = it1.next();
+    s.stored(stored(1));
+    await s.flush();
+    expect((await first).value?.seqs).toEqual(new BigUint64Array([1n]));
+    const it2 = s.batches({ format: 'smg_proto' });
+    const loop = (async () => {
+      let n = 0;
+      for await (const _ of it2) {
+        n++;
+        break;
+      }
+      return n;
+    })();
+    s.stored(stored(2));
+    await s.flush();
+    expect(await loop).toBe(1);
+    expect(await it2.next()).toEqual({ value: undefined, done: true });
+    expect((await it1.next()).value?.seqs).toEqual(new BigUint64Array([2n]));
+    const pending = it1.next();
+    await s.close();
+    expect(await pending).toEqual({ value: undefined, done: true });
+  });
+
+  it('a loop that falls behind loses the oldest drains, counted, and sees the gap in the seqs', async () => {
+    const s = new KvEventStream({ blockSize: BS, ...FROM_SEQ_1 });
+    const it = s.batches({ maxQueued: 2 });
+    for (let i = 1; i <= 5; i++) {
+      s.stored(stored(i));
+      await s.flush();
+    }
+    expect(it.dropped).toBe(3);
+    const a = await it.next();
+    const b = await it.next();
+    expect([a.value?.seqs[0], b.value?.seqs[0]]).toEqual([4n, 5n]);
+    await it.return?.();
+    expect(() => s.batches({ maxQueued: 0 })).toThrow(KvPlaneError);
+    await s.close();
+  });
+
+  it('an already aborted signal yields nothing', async () => {
+    const s = new KvEventStream({ blockSize: BS, ...FROM_SEQ_1 });
+    const it = s.batches({ signal: AbortSignal.abort() });
+    s.stored(stored(1));
+    await s.flush();
+    expect(await it.next()).toEqual({ value: undefined, done: true });
+    await s.close();
+  });
+});
+
+describe("metrics into the application's registry", () => {
+  it('KvHttpServer registers its metrics, prefixed, into a registry it is given', async () => {
+    const registry = new Registry();
+    const mine = new Counter({ name: 'app_requests_total', help: 'the app', registers: [registry] });
+    mine.inc(3);
+    const pub = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null, blockSize: BS });
+    const http = await KvHttpServer.create({
+      publisher: pub,
+      host: '127.0.0.1',
+      metrics: { registry, prefix: 'node_a_' },
+    });
+    try {
+      pub.stored(stored(1));
+      await pub.flush();
+      const text = await registry.metrics();
+      expect(text).toContain('app_requests_total 3');
+      expect(text).toMatch(/^node_a_kvplane_events_published_total [1-9]\d*$/m);
+      expect(text).not.toMatch(/^kvplane_/m);
+      // The server's own /metrics serves the same registry.
+      const served = await (await fetch(`${http.url}/metrics`)).text();
+      expect(served).toContain('app_requests_total 3');
+      expect(served).toMatch(/^node_a_kvplane_events_published_total [1-9]\d*$/m);
+    } finally {
+      await http.close();
+      await pub.close();
+    }
+  });
+});
