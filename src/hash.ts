@@ -1,4 +1,5 @@
 import type { HashBlocksOptions as NativeHashBlocksOptions } from '../index.js';
+import { type AbortOptions, abortable } from './abort.js';
 import { awaitNative, callNative, invalidArg } from './errors.js';
 import native from './native.js';
 
@@ -125,9 +126,10 @@ export function hashBlocks(tokens: Tokens, options: HashBlocksOptions): BigUint6
 }
 
 /** `hashBlocks` off the JS thread, for bulk inputs. Always resolves with the digests form. */
-export function hashBlocksAsync(tokens: Tokens, options: HashBlocksOptions): Promise<HashDigests> {
-  const [toks, opts, digests] = callNative(() => nativeArgs(tokens, options));
-  return awaitNative(() => native.hashBlocksAsync(toks, opts, digests));
+export function hashBlocksAsync(tokens: Tokens, options: HashBlocksOptions & AbortOptions): Promise<HashDigests> {
+  const { signal, ...hashing } = options;
+  const [toks, opts, digests] = callNative(() => nativeArgs(tokens, hashing));
+  return abortable(signal, () => awaitNative(() => native.hashBlocksAsync(toks, opts, digests)));
 }
 
 /** Each block's digest as lowercase hex (the TensorRT-LLM V2 wire form, SGLang's hash string). */

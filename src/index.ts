@@ -1,3 +1,4 @@
+export type { AbortOptions } from './abort.js';
 export {
   type DecodedBatches,
   type Dialect,

@@ -1,5 +1,6 @@
 import type * as Native from '../index.js';
 import type { RecoverAnswer as NativeRecoverAnswer } from '../index.js';
+import { type AbortOptions, abortable } from './abort.js';
 import type { Dialect, EncodeFormat } from './codec.js';
 import { awaitNative, callNative, invalidArg, KvPlaneError, type KvPlaneErrorCode } from './errors.js';
 import { columnArgs, type EventColumns, type KvEventBatch, type KvEventBatchOut, type KvEventOut } from './events.js';
@@ -258,10 +259,17 @@ export class LocalIndexer {
    * The `/kv_recover` answer for `start..=end` (docs/protocol.md#http-kv_recover) as JSON text bytes or msgpack, with
    * exact u64 integers; built off the JS thread.
    */
-  async recover(start?: bigint, end?: bigint, format: 'json' | 'msgpack' = 'json'): Promise<Buffer> {
+  async recover(
+    start?: bigint,
+    end?: bigint,
+    format: 'json' | 'msgpack' = 'json',
+    options: AbortOptions = {},
+  ): Promise<Buffer> {
     if (format !== 'json' && format !== 'msgpack') invalidArg(`format is ${String(format)}: json or msgpack`);
-    const answer = chunked(await awaitNative(() => this.#native.recover(start, end, format === 'msgpack')));
-    return (await joined(answer)).body;
+    return abortable(options.signal, async () => {
+      const answer = chunked(await awaitNative(() => this.#native.recover(start, end, format === 'msgpack')));
+      return (await joined(answer)).body;
+    });
   }
 
   /**
@@ -425,8 +433,11 @@ export class LocalIndexer {
   }
 
   /** A consistent snapshot of the whole index as stored events, built off the JS thread. */
-  async dumpTree(): Promise<Extract<Recovery, { kind: 'TreeDump' }>> {
-    return (await awaitNative(() => this.#native.dumpTree())) as Extract<Recovery, { kind: 'TreeDump' }>;
+  async dumpTree(options: AbortOptions = {}): Promise<Extract<Recovery, { kind: 'TreeDump' }>> {
+    return (await abortable(options.signal, () => awaitNative(() => this.#native.dumpTree()))) as Extract<
+      Recovery,
+      { kind: 'TreeDump' }
+    >;
   }
 
   stats(): IndexerStats {

@@ -1,3 +1,4 @@
+import { type AbortOptions, abortable } from './abort.js';
 import type { Dialect } from './codec.js';
 import { KvPlaneError } from './errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from './events.js';
@@ -101,7 +102,21 @@ export class KvEventPublisher {
     stream.onClose(() => zmq.close());
   }
 
-  static async create(options: KvEventPublisherOptions = {}): Promise<KvEventPublisher> {
+  /**
+   * Opens the stream and its sockets. `signal` gives up: an abort before the sockets are open
+   * rejects with its reason and closes whatever was opened.
+   */
+  static async create(options: KvEventPublisherOptions & AbortOptions = {}): Promise<KvEventPublisher> {
+    options.signal?.throwIfAborted();
+    const pub = await KvEventPublisher.#create(options);
+    if (options.signal?.aborted) {
+      await pub.close();
+      throw options.signal.reason;
+    }
+    return pub;
+  }
+
+  static async #create(options: KvEventPublisherOptions): Promise<KvEventPublisher> {
     const o = withDefaults<KvEventsConfig>(KV_EVENTS_DEFAULTS, options);
     const rank = options.dataParallelRank ?? null;
     checkCount('hwm', o.hwm, 2 ** 31 - 1);
@@ -235,9 +250,11 @@ export class KvEventPublisher {
   }
 
   /** Publishes everything queued and resolves once it is on the socket. */
-  async flush(): Promise<void> {
-    await this.stream.flush();
-    await this.#zmq.flushed();
+  async flush(options: AbortOptions = {}): Promise<void> {
+    await abortable(options.signal, async () => {
+      await this.stream.flush();
+      await this.#zmq.flushed();
+    });
   }
 
   stats(): PublisherStats {

@@ -1,6 +1,14 @@
+import { createServer } from 'node:net';
 import { Counter, Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { decodeBatch, KvEventPublisher, KvEventStream, KvHttpServer, KvPlaneError } from '../src/index.js';
+import {
+  decodeBatch,
+  hashBlocksAsync,
+  KvEventPublisher,
+  KvEventStream,
+  KvHttpServer,
+  KvPlaneError,
+} from '../src/index.js';
 import { FROM_SEQ_1 } from './fixtures.js';
 
 const BS = 4;
@@ -119,5 +127,50 @@ describe("metrics into the application's registry", () => {
       await http.close();
       await pub.close();
     }
+  });
+});
+
+describe('AbortSignal on async calls', () => {
+  const isAbort = (e: unknown) => e instanceof Error && e.name === 'AbortError';
+
+  it('hashBlocksAsync, dumpTree, recover and flush reject with the abort reason', async () => {
+    const tokens = Uint32Array.from({ length: 1 << 16 }, (_, i) => i);
+    await expect(hashBlocksAsync(tokens, { blockSize: 16, signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+    // Aborted while the hashing runs off the JS thread.
+    const ac = new AbortController();
+    const running = hashBlocksAsync(tokens, { blockSize: 16, signal: ac.signal });
+    ac.abort();
+    await expect(running).rejects.toSatisfy(isAbort);
+    // Not aborted: the result as usual.
+    const done = await hashBlocksAsync(tokens, { blockSize: 16, signal: new AbortController().signal });
+    expect(done.hashes.length).toBe(4096);
+
+    const pub = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null, blockSize: BS });
+    try {
+      pub.stored(stored(1));
+      await expect(pub.flush({ signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+      await pub.flush({ signal: new AbortController().signal });
+      await expect(pub.indexer.dumpTree({ signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+      expect((await pub.indexer.dumpTree({})).workers.length).toBe(1);
+      await expect(pub.indexer.recover(0n, undefined, 'json', { signal: AbortSignal.abort() })).rejects.toSatisfy(
+        isAbort,
+      );
+    } finally {
+      await pub.close();
+    }
+  });
+
+  it('KvEventPublisher.create with an aborted signal opens nothing', async () => {
+    const probe = createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const port = (probe.address() as { port: number }).port;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const endpoint = `bind:tcp://127.0.0.1:${port}`;
+    await expect(
+      KvEventPublisher.create({ endpoint, replayEndpoint: null, signal: AbortSignal.abort() }),
+    ).rejects.toSatisfy(isAbort);
+    // The port is free: the aborted call bound nothing.
+    const pub = await KvEventPublisher.create({ endpoint, replayEndpoint: null });
+    await pub.close();
   });
 });

@@ -1,4 +1,5 @@
 import type * as Native from '../../index.js';
+import { type AbortOptions, abortable } from '../abort.js';
 import type { Dialect, EncodeFormat } from '../codec.js';
 import { KvPlaneError } from '../errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from '../events.js';
@@ -241,8 +242,8 @@ export class KvEventStream {
   }
 
   /** Resolves once everything queued has been published and handed to the consumers. */
-  async flush(): Promise<void> {
-    await this.#drain.idle();
+  async flush(options: AbortOptions = {}): Promise<void> {
+    await abortable(options.signal, () => this.#drain.idle());
   }
 
   stats(): StreamStats {
