@@ -75,7 +75,7 @@ export { SimSource } from './sources/sim/source.js';
 export type { EventSink, EventSource, SourceHealth } from './sources/source.js';
 export type { BatchConsumer, EncodedBatches } from './stream/batches.js';
 export type { BatchIterationOptions, BatchIterator } from './stream/iterate.js';
-export { KvEventStream, type KvEventStreamOptions, type StreamStats } from './stream/stream.js';
+export { KvEventStream, type KvEventStreamOptions, type KvStreamEvents, type StreamStats } from './stream/stream.js';
 export { ENGINE_METHODS, type EngineMethod } from './transports/grpc/engine_methods.js';
 export {
   type GrpcStats,

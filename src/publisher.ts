@@ -5,7 +5,7 @@ import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from './events.
 import type { LocalIndexer, ZmqFormat } from './indexer.js';
 import { withDefaults } from './options.js';
 import type { BatchIterationOptions, BatchIterator } from './stream/iterate.js';
-import { KvEventStream } from './stream/stream.js';
+import { KvEventStream, type KvStreamEvents } from './stream/stream.js';
 import {
   checkCount,
   endpointForRank,
@@ -247,6 +247,22 @@ export class KvEventPublisher {
    */
   batches(options?: BatchIterationOptions): BatchIterator {
     return this.stream.batches(options);
+  }
+
+  /** Listens to the stream's events: `gap`, `drop`, `failClosed` (`KvStreamEvents`). */
+  on<K extends keyof KvStreamEvents>(event: K, listener: (...args: KvStreamEvents[K]) => void): this {
+    this.stream.on(event, listener as never);
+    return this;
+  }
+
+  once<K extends keyof KvStreamEvents>(event: K, listener: (...args: KvStreamEvents[K]) => void): this {
+    this.stream.once(event, listener as never);
+    return this;
+  }
+
+  off<K extends keyof KvStreamEvents>(event: K, listener: (...args: KvStreamEvents[K]) => void): this {
+    this.stream.off(event, listener as never);
+    return this;
   }
 
   /** Publishes everything queued and resolves once it is on the socket. */

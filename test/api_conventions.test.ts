@@ -174,3 +174,56 @@ describe('AbortSignal on async calls', () => {
     await pub.close();
   });
 });
+
+describe('typed events on the stream and the publisher', () => {
+  it('drop when the queue is full, gap when its seq is skipped, failClosed for a rank cleared', async () => {
+    const s = new KvEventStream({ blockSize: BS, maxQueueSize: 4, dataParallelRank: 3, ...FROM_SEQ_1 });
+    const drops: number[] = [];
+    const gaps: Array<{ seq: bigint; count: number }> = [];
+    const closed: Array<{ dpRank: number; message: string }> = [];
+    s.on('drop', (d) => drops.push(d.events));
+    s.on('gap', (g) => gaps.push(g));
+    s.on('failClosed', (f) => closed.push(f));
+    s.stored(stored(1));
+    await s.flush();
+    const accepted = s.publish(Array.from({ length: 10 }, (_, i) => ({ type: 'stored' as const, ...stored(10 + i) })));
+    expect(accepted).toBe(4);
+    expect(drops).toEqual([6]);
+    await s.flush();
+    s.cleared();
+    await s.flush();
+    expect(gaps.reduce((n, g) => n + g.count, 0)).toBe(s.stats().gaps);
+    expect(gaps.length).toBeGreaterThan(0);
+    // Three tokens for one block of four: the layout fails closed and the rank goes out cleared.
+    s.stored({ blockHashes: [99n], parentBlockHash: null, tokenIds: new Uint32Array([1, 2, 3]), blockSize: BS });
+    await s.flush();
+    expect(closed).toHaveLength(1);
+    expect(closed[0]?.dpRank).toBe(3);
+    expect(closed[0]?.message).toMatch(/layout|tokens/i);
+    await s.close();
+  });
+
+  it('a publisher forwards its stream events', async () => {
+    const pub = await KvEventPublisher.create({
+      endpoint: 'tcp://127.0.0.1:*',
+      replayEndpoint: null,
+      blockSize: BS,
+      maxQueueSize: 2,
+    });
+    try {
+      let dropped = 0;
+      const onDrop = (d: { events: number }) => {
+        dropped += d.events;
+      };
+      pub.on('drop', onDrop);
+      pub.publish(Array.from({ length: 5 }, (_, i) => ({ type: 'stored' as const, ...stored(i + 1) })));
+      expect(dropped).toBe(3);
+      pub.off('drop', onDrop);
+      await pub.flush();
+      pub.publish(Array.from({ length: 5 }, (_, i) => ({ type: 'stored' as const, ...stored(i + 10) })));
+      expect(dropped).toBe(3);
+    } finally {
+      await pub.close();
+    }
+  });
+});

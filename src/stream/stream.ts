@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import type * as Native from '../../index.js';
 import { type AbortOptions, abortable } from '../abort.js';
 import type { Dialect, EncodeFormat } from '../codec.js';
@@ -63,7 +64,17 @@ interface Consumer {
  * hands the encoded batches to the consumers in seq order. The stream knows no transport:
  * transports `consume()` the format they send.
  */
-export class KvEventStream {
+/** What a stream tells its listeners (`stream.on(...)`, and the same on a publisher). */
+export interface KvStreamEvents {
+  /** `count` seqs were skipped before `seq`: events the full queue dropped, a gap downstream. */
+  gap: [{ seq: bigint; count: number }];
+  /** Events a full publish queue refused (also counted in `stats().queueFull`). */
+  drop: [{ reason: 'queue_full'; events: number }];
+  /** A rank's events failed closed (unsupported layout): the rank went out as cleared. */
+  failClosed: [{ dpRank: number; message: string }];
+}
+
+export class KvEventStream extends EventEmitter<KvStreamEvents> {
   readonly indexer: LocalIndexer;
   readonly logFormat: ZmqFormat;
   readonly dataParallelRank: number | null;
@@ -78,6 +89,7 @@ export class KvEventStream {
   #gaps = 0;
 
   constructor(options: KvEventStreamOptions = {}) {
+    super();
     this.dataParallelRank = options.dataParallelRank ?? null;
     this.logFormat = options.format ?? 'vllm';
     this.indexer = new LocalIndexer({
@@ -117,6 +129,7 @@ export class KvEventStream {
     this.#open();
     const n = this.#queue.push(events);
     this.#drain.schedule();
+    if (n < events.length) this.emit('drop', { reason: 'queue_full', events: events.length - n });
     return n;
   }
 
@@ -125,6 +138,7 @@ export class KvEventStream {
     this.#open();
     const n = this.#queue.pushColumns(columns);
     this.#drain.schedule();
+    if (n < columns.kinds.length) this.emit('drop', { reason: 'queue_full', events: columns.kinds.length - n });
     return n;
   }
 
@@ -281,6 +295,8 @@ export class KvEventStream {
     this.#gaps += out.gaps;
     // Events that failed closed (ERR_UNSUPPORTED_LAYOUT) went out as a clear of the rank.
     for (const e of out.errors) this.#failClosed.set(dpRank ?? 0, e.message);
+    if (out.gaps > 0) this.emit('gap', { seq: out.seqs[0] ?? 0n, count: out.gaps });
+    for (const e of out.errors) this.emit('failClosed', { dpRank: dpRank ?? 0, message: e.message });
     for (const c of this.#consumers) {
       const batches = batchesIn(out, c.format);
       if (batches) c.fn(batches);
