@@ -51,7 +51,29 @@ echo "== install both tarballs into an empty project"
 cd "$proj"
 npm init -y >/dev/null
 npm install --no-audit --no-fund --loglevel=error "$root_tgz" "$binding_tgz"
-echo "installed: $(du -sk node_modules | cut -f1) KiB in node_modules"
+echo "installed without the optional transports: $(du -sk node_modules | cut -f1) KiB in node_modules"
+
+echo "== hashing and the router index need no transport package"
+node -e '
+  const k = require("kvplane");
+  for (const peer of ["zeromq", "@grpc/grpc-js"]) {
+    try { require.resolve(peer); throw new Error(peer + " was installed") } catch (e) { if (e.code !== "MODULE_NOT_FOUND") throw e; }
+  }
+  const index = new k.RouterIndex({ blockSize: 2 });
+  const m = index.findMatches([1, 2, 3, 4], { loraName: null, cacheSalt: null });
+  if (m.workerIds.length !== 0) throw new Error("an empty index matched");
+  index.close();
+  k.KvEventPublisher.create({ endpoint: "tcp://127.0.0.1:*" }).then(
+    () => { throw new Error("a publisher opened without zeromq") },
+    (e) => {
+      if (e.code !== "ERR_MISSING_DEPENDENCY" || !e.message.includes("npm install zeromq")) throw e;
+      console.log("without transports: hashing and RouterIndex ok; the publisher asks for zeromq");
+    },
+  );
+'
+peers="$(node -p 'const p = require(process.argv[1]).peerDependencies; Object.entries(p).map(([n, v]) => n + "@" + v).join(" ")' "$stage/package.json")"
+npm install --no-audit --no-fund --loglevel=error $peers
+echo "installed with the transports ($peers): $(du -sk node_modules | cut -f1) KiB in node_modules"
 
 echo "== require, import, tsc --strict"
 node -e '
@@ -80,8 +102,10 @@ const err: KvPlaneError = new KvPlaneError('ERR_INVALID_ARG', 'typed');
 console.log(hashes.length, typeof index, err.code);
 EOF
 cat > tsconfig.json <<'EOF'
-{ "compilerOptions": { "strict": true, "noEmit": true, "module": "node16", "moduleResolution": "node16", "target": "es2022", "types": [] }, "files": ["check.ts"] }
+{ "compilerOptions": { "strict": true, "noEmit": true, "module": "node16", "moduleResolution": "node16", "target": "es2022", "types": ["node"] }, "files": ["check.ts"] }
 EOF
+# A TypeScript project on Node has Node's types (the API speaks Buffer).
+npm install --no-audit --no-fund --loglevel=error --save-dev "@types/node@$(node -p 'require(process.argv[1]).devDependencies["@types/node"]' "$repo/package.json")"
 "$tsc" -p tsconfig.json
 echo "tsc --strict: ok"
 

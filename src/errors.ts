@@ -6,6 +6,7 @@ export type KvPlaneErrorCode =
   | 'ERR_CLOSED'
   | 'ERR_BIND'
   | 'ERR_NATIVE_LOAD'
+  | 'ERR_MISSING_DEPENDENCY'
   | 'ERR_INTERNAL';
 
 const CODES: ReadonlySet<string> = new Set<KvPlaneErrorCode>([
@@ -15,6 +16,7 @@ const CODES: ReadonlySet<string> = new Set<KvPlaneErrorCode>([
   'ERR_CLOSED',
   'ERR_BIND',
   'ERR_NATIVE_LOAD',
+  'ERR_MISSING_DEPENDENCY',
   'ERR_INTERNAL',
 ]);
 

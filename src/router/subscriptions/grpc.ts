@@ -1,5 +1,7 @@
-import { Client, type ClientReadableStream, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
+import type { Client, ClientReadableStream, Metadata, ServiceError } from '@grpc/grpc-js';
+import { grpcJs } from '../../optional.js';
 import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
+import { status, statusName } from '../../transports/grpc/status.js';
 import {
   appliedSoTrimLater,
   Backoff,
@@ -55,7 +57,8 @@ export class GrpcSubscription implements Subscription {
     this.#o = o;
     this.workerId = o.workerId;
     this.dpRank = o.dpRank ?? 0;
-    this.#client = new Client(o.address, credentials.createInsecure(), {
+    const grpc = grpcJs();
+    this.#client = new grpc.Client(o.address, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': -1,
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 5000,
@@ -112,7 +115,7 @@ export class GrpcSubscription implements Subscription {
       this.#inSnapshot = false;
     }
     s.state = from === 0n ? 'recovering' : 'connecting';
-    const md = new Metadata();
+    const md = new (grpcJs().Metadata)();
     if (this.#o.token) md.set('authorization', `Bearer ${this.#o.token}`);
     const path = subscribePath(this.#o.service ?? 'vllm.grpc.engine.VllmEngine');
     const call = this.#client.makeServerStreamRequest(path, raw, raw, encodeSubscribeRequest(from), md, {});
@@ -193,7 +196,7 @@ export class GrpcSubscription implements Subscription {
   #failed(call: ClientReadableStream<Buffer>, err: ServiceError): void {
     if (this.#call !== call) return;
     const s = this.#stats;
-    s.lastError = `${status[err.code] ?? err.code}: ${err.details}`;
+    s.lastError = `${statusName(err.code)}: ${err.details}`;
     if (err.code === status.OUT_OF_RANGE) {
       // Expired cursor: the node's log no longer reaches back to it.
       this.#fresh = true;

@@ -1,6 +1,7 @@
-import { Dealer, Subscriber } from 'zeromq';
+import type { Dealer, Subscriber } from 'zeromq';
 import type { Dialect } from '../../codec.js';
 import { invalidArg, KvPlaneError } from '../../errors.js';
+import { zeromq } from '../../optional.js';
 import { endpointForRank, zmqAddress } from '../../transports/zmq/config.js';
 import { END_OF_REPLAY, seqFrame } from '../../transports/zmq/writer.js';
 import { type EventSink, type EventSource, type RelaySink, relaySink, type SourceHealth } from '../source.js';
@@ -108,7 +109,7 @@ class ZmqjsFeed implements LiveFeed {
   constructor(endpoint: string, o: EngineZmqOptions) {
     this.#endpoint = endpoint;
     this.#topic = o.topic ?? '';
-    this.#sub = new Subscriber({
+    this.#sub = new (zeromq().Subscriber)({
       linger: 0,
       receiveHighWaterMark: o.receiveHwm ?? 10_000,
       ...(o.reconnectMaxMs ? { reconnectMaxInterval: o.reconnectMaxMs } : {}),
@@ -307,7 +308,10 @@ class RankLink {
         const done = this.#resync(step.fetch, step.reason).finally(() => this.#resyncs.delete(done));
         this.#resyncs.add(done);
       } else {
-        const dealer = new Dealer({ linger: 0, receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000 });
+        const dealer = new (zeromq().Dealer)({
+          linger: 0,
+          receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000,
+        });
         const done = this.#fetch(dealer, step.from, step.fetch).finally(() => this.#fetches.delete(dealer));
         this.#fetches.set(dealer, done);
       }

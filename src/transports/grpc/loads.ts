@@ -1,8 +1,8 @@
-import { status } from '@grpc/grpc-js';
 import type * as Native from '../../../index.js';
 import { callNative } from '../../errors.js';
 import native from '../../native.js';
 import { ENGINE_METHODS } from './engine_methods.js';
+import { status } from './status.js';
 import type { GrpcUpstream } from './upstream.js';
 
 /** The engine's latest load, as the streams' records carry it. */

@@ -1,23 +1,23 @@
-import {
+import type {
   Metadata,
-  type MethodDefinition,
+  MethodDefinition,
   Server,
-  ServerCredentials,
-  type ServerUnaryCall,
-  type ServerWritableStream,
-  type ServiceDefinition,
-  type ServiceError,
-  type sendUnaryData,
-  status,
+  ServerUnaryCall,
+  ServerWritableStream,
+  ServiceDefinition,
+  ServiceError,
+  sendUnaryData,
 } from '@grpc/grpc-js';
 import { bindOrThrow, KvPlaneError } from '../../errors.js';
 import type { Snapshot } from '../../indexer.js';
+import { grpcJs } from '../../optional.js';
 import type { EncodedBatches } from '../../stream/batches.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { bearerMatches } from '../auth.js';
 import { ENGINE_METHODS, type EngineMethod } from './engine_methods.js';
 import { EngineLoadPoller, type LoadPollStats } from './loads.js';
 import { decodeSubscribeRequest, encodeHealthResponse, KV_EVENT_SERVICES, rawMethod } from './services.js';
+import { status } from './status.js';
 import { type EndStatus, Subscriber } from './subscriber.js';
 import { type AnyHandler, GrpcUpstream } from './upstream.js';
 
@@ -221,7 +221,8 @@ export class KvGrpcServer {
   }
 
   static async create(opts: KvGrpcServerOptions): Promise<KvGrpcServer> {
-    const server = new Server({ 'grpc.max_send_message_length': -1 });
+    const grpc = grpcJs();
+    const server = new grpc.Server({ 'grpc.max_send_message_length': -1 });
     const self = new KvGrpcServer(server, opts);
     for (const service of opts.services ?? KV_EVENT_SERVICES) {
       const def: Record<string, MethodDefinition<Buffer, Buffer>> = {};
@@ -239,12 +240,12 @@ export class KvGrpcServer {
       server.addService(def as ServiceDefinition, impl);
     }
     const creds = opts.tls
-      ? ServerCredentials.createSsl(
+      ? grpc.ServerCredentials.createSsl(
           opts.tls.ca ? Buffer.from(opts.tls.ca) : null,
           [{ cert_chain: Buffer.from(opts.tls.cert), private_key: Buffer.from(opts.tls.key) }],
           opts.tls.ca !== undefined,
         )
-      : ServerCredentials.createInsecure();
+      : grpc.ServerCredentials.createInsecure();
     const host = opts.host ?? '0.0.0.0';
     const address = host.includes(':') ? `[${host}]:${opts.port ?? 0}` : `${host}:${opts.port ?? 0}`;
     try {
@@ -320,7 +321,7 @@ export class KvGrpcServer {
   }
 
   #metadata(): Metadata {
-    const md = new Metadata();
+    const md = new (grpcJs().Metadata)();
     if (this.#stream && !this.#stream.closed) md.set('x-kvplane-epoch', this.#stream.epoch.toString());
     return md;
   }

@@ -1,4 +1,3 @@
-import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
 import { callNative } from '../../errors.js';
 import native from '../../native.js';
 
@@ -30,12 +29,25 @@ export function subscribePath(service: string): string {
 
 const raw = (b: Buffer) => b;
 
+/**
+ * A gRPC method whose messages are bytes both ways: @grpc/grpc-js's `MethodDefinition<Buffer,
+ * Buffer>` by shape, declared here so the package's types never name an optional dependency.
+ */
+export interface RawMethodDefinition {
+  path: string;
+  requestStream: boolean;
+  responseStream: boolean;
+  requestSerialize: (value: Buffer) => Buffer;
+  requestDeserialize: (bytes: Buffer) => Buffer;
+  responseSerialize: (value: Buffer) => Buffer;
+  responseDeserialize: (bytes: Buffer) => Buffer;
+}
+
+/** Methods by name: @grpc/grpc-js's `ServiceDefinition` by shape. */
+export type RawServiceDefinition = Record<string, RawMethodDefinition>;
+
 /** A method definition whose messages are bytes both ways (kvplane decodes what it owns itself). */
-export function rawMethod(
-  path: string,
-  requestStream: boolean,
-  responseStream: boolean,
-): MethodDefinition<Buffer, Buffer> {
+export function rawMethod(path: string, requestStream: boolean, responseStream: boolean): RawMethodDefinition {
   return {
     path,
     requestStream,
@@ -57,7 +69,7 @@ export function encodeHealthResponse(service: string, healthy: boolean, message:
  * responses are `KvEventBatch` bytes encoded once per batch in Rust and written as they are to
  * every subscriber.
  */
-export function subscribeDefinition(service: string): ServiceDefinition {
+export function subscribeDefinition(service: string): RawServiceDefinition {
   return { SubscribeKvEvents: rawMethod(subscribePath(service), false, true) };
 }
 

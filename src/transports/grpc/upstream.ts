@@ -1,20 +1,20 @@
-import {
+import type {
   Client,
-  type ClientDuplexStream,
-  type ClientReadableStream,
-  type ClientUnaryCall,
-  credentials,
-  type Metadata,
-  type ServerDuplexStream,
-  type ServerReadableStream,
-  type ServerUnaryCall,
-  type ServerWritableStream,
-  type ServiceError,
-  type StatusObject,
-  type sendUnaryData,
-  status,
+  ClientDuplexStream,
+  ClientReadableStream,
+  ClientUnaryCall,
+  Metadata,
+  ServerDuplexStream,
+  ServerReadableStream,
+  ServerUnaryCall,
+  ServerWritableStream,
+  ServiceError,
+  StatusObject,
+  sendUnaryData,
 } from '@grpc/grpc-js';
+import { grpcJs } from '../../optional.js';
 import type { EngineMethod } from './engine_methods.js';
+import { status } from './status.js';
 
 const raw = (b: Buffer) => b;
 
@@ -37,7 +37,8 @@ export class GrpcUpstream {
 
   constructor(address: string) {
     this.address = address;
-    this.#client = new Client(address, credentials.createInsecure(), {
+    const grpc = grpcJs();
+    this.#client = new grpc.Client(address, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': -1,
       'grpc.max_send_message_length': -1,
     });

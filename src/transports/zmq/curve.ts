@@ -1,8 +1,9 @@
 import { createPrivateKey, createPublicKey } from 'node:crypto';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { Reply } from 'zeromq';
+import type { Reply } from 'zeromq';
 import { invalidArg, KvPlaneError } from '../../errors.js';
+import { zeromq } from '../../optional.js';
 
 /**
  * CURVE encryption and authentication of the ZMQ sockets (docs/protocol.md#zmq-curve), the ZMQ
@@ -139,7 +140,7 @@ class ZapHandler {
   }
 
   async #start(): Promise<void> {
-    const socket = new Reply({ linger: 0 });
+    const socket = new (zeromq().Reply)({ linger: 0 });
     try {
       await socket.bind('inproc://zeromq.zap.01');
     } catch (err) {

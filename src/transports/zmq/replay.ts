@@ -1,6 +1,7 @@
-import { Router } from 'zeromq';
+import type { Router } from 'zeromq';
 import { bindOrThrow } from '../../errors.js';
 import type { LocalIndexer } from '../../indexer.js';
+import { zeromq } from '../../optional.js';
 import { trimMemorySoon } from '../memory.js';
 import { END_OF_REPLAY, SocketWriter, seqFrame } from './writer.js';
 
@@ -68,7 +69,7 @@ export class ReplayServer {
   }
 
   static async create(opts: ReplayServerOptions): Promise<ReplayServer> {
-    const router = new Router({
+    const router = new (zeromq().Router)({
       mandatory: true,
       sendTimeout: 0,
       sendHighWaterMark: opts.hwm,

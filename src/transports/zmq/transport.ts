@@ -1,5 +1,6 @@
-import { Publisher } from 'zeromq';
+import type { Publisher } from 'zeromq';
 import { bindOrThrow, KvPlaneError } from '../../errors.js';
+import { zeromq } from '../../optional.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { curveServerOptions, type ZmqCurveOptions, zapHandler } from './curve.js';
 import { type ReplayCounters, ReplayServer } from './replay.js';
@@ -70,7 +71,7 @@ export class ZmqTransport {
         zapDomain = await zapHandler.register(opts.curve.allowedClients ?? null);
         curve = curveServerOptions(opts.curve, zapDomain);
       }
-      pub = new Publisher({ sendHighWaterMark: opts.hwm, linger: 0, ...curve });
+      pub = new (zeromq().Publisher)({ sendHighWaterMark: opts.hwm, linger: 0, ...curve });
       const p = pub;
       if (opts.bind) await bindOrThrow('the ZMQ publisher', opts.endpoint, () => p.bind(opts.endpoint));
       else pub.connect(opts.endpoint);
