@@ -63,12 +63,18 @@ export type { FindMatchesRequest, RouterMatches } from './router/matches.js';
 export {
   type RouterDumpSegment,
   RouterIndex,
+  type RouterIndexEvents,
   type RouterIndexOptions,
   type RouterIndexStats,
   type WorkerSource,
 } from './router/router_index.js';
 export { IndexerServer, type IndexerServerOptions } from './router/service/server.js';
-export type { RecoveryCounts, Subscription, SubscriptionStats } from './router/subscriptions/subscription.js';
+export type {
+  RecoveryCounts,
+  RecoveryKind,
+  Subscription,
+  SubscriptionStats,
+} from './router/subscriptions/subscription.js';
 export { SOURCES, type SourceEntry, type SourceSettings, sourceNames } from './sources/registry.js';
 export { SimEngine, type SimEngineOptions, type SimStats } from './sources/sim/engine.js';
 export { SimSource } from './sources/sim/source.js';

@@ -118,6 +118,10 @@ describe('native ZMQ link', () => {
     const { pub, endpoint, send } = await publisher();
     cleanup.push(() => pub.close());
     const { index, warnings } = router();
+    const recovered: Array<{ workerId: bigint; dpRank: number; kind: string }> = [];
+    const emitted: string[] = [];
+    index.on('recovered', (r) => recovered.push(r));
+    index.on('warning', (m) => emitted.push(m));
     const sub = await follow(index, endpoint);
     await sendChain(send, 0, chain(1, 10));
     await until(() => held(index, chain(1, 10)) === 10, '10 blocks');
@@ -127,6 +131,9 @@ describe('native ZMQ link', () => {
     expect(held(index, chain(1, 10))).toBe(0);
     expect(sub.stats().recoveries.cleared).toBe(1);
     expect(warnings).toContain('rank cleared');
+    // The same as typed events, as they happened.
+    expect(recovered).toEqual([{ workerId: W, dpRank: 0, kind: 'cleared' }]);
+    expect(emitted).toEqual(warnings);
     // In order again: back on the link thread.
     const before = sub.stats().linkBatches;
     await sendChain(send, 25, chain(200, 20));

@@ -1,10 +1,11 @@
+import { EventEmitter } from 'node:events';
 import type * as Native from '../../index.js';
 import type { Dialect } from '../codec.js';
 import { callNative, invalidArg, KvPlaneError } from '../errors.js';
 import native from '../native.js';
 import type { FindMatchesRequest, RouterMatches } from './matches.js';
 import { GrpcSubscription, type GrpcSubscriptionOptions } from './subscriptions/grpc.js';
-import type { RouterTarget, Subscription, SubscriptionStats } from './subscriptions/subscription.js';
+import type { RecoveryKind, RouterTarget, Subscription, SubscriptionStats } from './subscriptions/subscription.js';
 import { ZmqSubscription, type ZmqSubscriptionOptions } from './subscriptions/zmq.js';
 
 export interface RouterIndexOptions {
@@ -50,7 +51,15 @@ export interface RouterIndexStats {
  * subscriptions that recover from gaps and restarts by themselves, and asked which workers hold
  * the longest prefix of a request.
  */
-export class RouterIndex {
+/** What a router index tells its listeners (`index.on(...)`). */
+export interface RouterIndexEvents {
+  /** A subscription restored a worker's state: how, as its stats count it. */
+  recovered: [{ workerId: bigint; dpRank: number; kind: RecoveryKind }];
+  /** A subscription's warning (gaps, reconnects, rebuilds), as `onWarning` gets it. */
+  warning: [message: string, detail: Record<string, unknown>];
+}
+
+export class RouterIndex extends EventEmitter<RouterIndexEvents> {
   readonly blockSize: number;
   readonly #native: Native.NativeRouterIndex;
   readonly #subs = new Map<string, Subscription>();
@@ -60,11 +69,15 @@ export class RouterIndex {
   readonly #abort: (() => void) | null = null;
 
   constructor(opts: RouterIndexOptions) {
+    super();
     const bs = opts.blockSize;
     if (!Number.isInteger(bs) || bs < 1) invalidArg(`blockSize is ${bs}: a positive integer`);
     this.#native = callNative(() => new native.NativeRouterIndex(bs));
     this.blockSize = bs;
-    this.#onWarning = opts.onWarning;
+    this.#onWarning = (msg, detail) => {
+      opts.onWarning?.(msg, detail);
+      this.emit('warning', msg, detail);
+    };
     this.#zmqReceive = opts.zmqReceive ?? 'native';
     if (this.#zmqReceive !== 'native' && this.#zmqReceive !== 'js')
       invalidArg(`zmqReceive is ${this.#zmqReceive}: native or js`);
@@ -147,13 +160,15 @@ export class RouterIndex {
     const key = `${workerId}:${rank}`;
     if (this.#subs.has(key)) invalidArg(`worker ${workerId} rank ${rank} is already subscribed`);
     const target = this.#target();
+    const onRecovered = (kind: RecoveryKind) => this.emit('recovered', { workerId, dpRank: rank, kind });
     const sub =
       source.kind === 'grpc'
-        ? new GrpcSubscription(target, { ...source, workerId, onWarning: this.#onWarning })
+        ? new GrpcSubscription(target, { ...source, workerId, onWarning: this.#onWarning, onRecovered })
         : new ZmqSubscription(target, {
             ...source,
             workerId,
             onWarning: this.#onWarning,
+            onRecovered,
             wholeWorker: () => [...this.#subs.values()].filter((s) => s.workerId === workerId).length <= 1,
           });
     this.#subs.set(key, sub);

@@ -6,6 +6,7 @@ import {
   appliedSoTrimLater,
   Backoff,
   emptyRecoveries,
+  type RecoveryKind,
   type RouterTarget,
   type Subscription,
   type SubscriptionStats,
@@ -22,6 +23,8 @@ export interface GrpcSubscriptionOptions {
   /** Rank for batches that name none. Default 0. */
   dpRank?: number;
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+  /** Each recovery as it happens. */
+  onRecovered?: (kind: RecoveryKind) => void;
 }
 
 const raw = (b: Buffer) => b;
@@ -126,6 +129,7 @@ export class GrpcSubscription implements Subscription {
       const epoch = v === undefined ? null : BigInt(v.toString());
       if (epoch !== null && s.epoch !== null && epoch !== s.epoch) {
         s.restarts++;
+        this.#o.onRecovered?.('restart');
         if (from !== 0n) {
           // The node restarted: this cursor means nothing to it. Start over from its snapshot.
           s.epoch = epoch;
@@ -136,6 +140,7 @@ export class GrpcSubscription implements Subscription {
       if (epoch !== null) s.epoch = epoch;
       if (from !== 0n) {
         s.recoveries.resume++;
+        this.#o.onRecovered?.('resume');
         s.state = 'live';
       }
     });
@@ -153,6 +158,7 @@ export class GrpcSubscription implements Subscription {
       this.#target.clearWorker(this.workerId);
       this.#clearPending = false;
       s.recoveries.snapshot++;
+      this.#o.onRecovered?.('snapshot');
     }
     let r: { outcome: string; seq: bigint; events: number; snapshotRest: number };
     try {

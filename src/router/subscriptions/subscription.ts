@@ -39,6 +39,9 @@ export interface RecoveryCounts {
   cleared: number;
 }
 
+/** How a subscription restored a worker's state (`RouterIndex`'s `recovered` event). */
+export type RecoveryKind = 'resume' | 'snapshot' | 'replay' | 'tree_dump' | 'cleared' | 'restart';
+
 export interface SubscriptionStats {
   workerId: bigint;
   /** The registration's DP rank (the batches' own ranks are indexed under theirs). */

@@ -1,12 +1,14 @@
 import type { Dialect } from '../../codec.js';
 import { invalidArg, KvPlaneError } from '../../errors.js';
 import type { KvEvent } from '../../events.js';
+import type { FollowerCounters } from '../../sources/engine/follower.js';
 import { EngineZmqSource } from '../../sources/engine/zmq_source.js';
 import type { RelaySink } from '../../sources/source.js';
 import { NativeZmqFeed } from './native_zmq.js';
 import {
   appliedSoTrimLater,
   emptyRecoveries,
+  type RecoveryKind,
   type RouterTarget,
   type Subscription,
   type SubscriptionStats,
@@ -33,7 +35,16 @@ export interface ZmqSubscriptionOptions {
    */
   wholeWorker?: () => boolean;
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+  /** Each recovery as it happens. */
+  onRecovered?: (kind: RecoveryKind) => void;
 }
+
+/** The follower's counts that are recoveries, by the kind `recovered` names them. */
+const RECOVERY_COUNTS: Partial<Record<keyof FollowerCounters, RecoveryKind>> = {
+  gapsFilled: 'replay',
+  unrecoverable: 'cleared',
+  restarts: 'restart',
+};
 
 /**
  * A worker followed over an engine's ZMQ publisher (vLLM, SGLang, TensorRT-LLM, or a kvplane
@@ -73,6 +84,10 @@ export class ZmqSubscription implements Subscription {
       // A node that is down is retried from 100 ms, doubling up to 5 s.
       reconnectMaxMs: 5000,
       onWarning: o.onWarning,
+      onCount: (_rank, what) => {
+        const kind = RECOVERY_COUNTS[what];
+        if (kind) o.onRecovered?.(kind);
+      },
       resync: o.recoverUrl ? () => this.#treeDump(target, o.recoverUrl as string) : undefined,
       liveFeed: target.followZmq ? (endpoint) => this.#nativeFeed(target, endpoint) : undefined,
     });
@@ -153,6 +168,7 @@ export class ZmqSubscription implements Subscription {
       const answer = target.applyRecovery(this.workerId, new Uint8Array(await res.arrayBuffer()));
       if (answer.kind !== 'TreeDump') throw new Error(`expected a TreeDump, got ${answer.kind}`);
       this.#snapshots++;
+      this.#o.onRecovered?.('tree_dump');
       this.#lastBatchAt = Date.now();
       appliedSoTrimLater();
       return answer.lastSeq;

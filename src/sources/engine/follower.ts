@@ -59,6 +59,8 @@ export interface FollowerOptions {
    * that replay cannot restore is loaded from it (`resync` steps) instead of cleared. Default false.
    */
   resync?: boolean;
+  /** Called after each counter is bumped (recoveries, restarts, clears, ...), as it happens. */
+  onCount?: (what: keyof FollowerCounters) => void;
 }
 
 export class RankFollower {
@@ -97,7 +99,12 @@ export class RankFollower {
   #resyncing = false;
 
   constructor(opts: FollowerOptions) {
-    this.#opts = { maxHeld: 10_000, resync: false, ...opts };
+    this.#opts = { maxHeld: 10_000, resync: false, onCount: () => {}, ...opts };
+  }
+
+  #count(what: keyof FollowerCounters): void {
+    this.counters[what]++;
+    this.#opts.onCount(what);
   }
 
   /** The last seq applied, or `null`. */
@@ -170,7 +177,7 @@ export class RankFollower {
     if (fellBack) {
       // The live socket's seqs fell back: a new engine incarnation. A fetch in progress is for
       // the old one; its replies are dropped.
-      this.counters.restarts++;
+      this.#count('restarts');
       this.#fetching = false;
       this.#held = [];
       this.#overflowed = false;
@@ -187,7 +194,7 @@ export class RankFollower {
   #continue(batch: EngineBatch): FollowStep[] {
     if (this.#fetching) {
       if (this.#held.length >= this.#opts.maxHeld) {
-        this.counters.heldDropped++;
+        this.#count('heldDropped');
         this.#overflowed = true;
       } else this.#held.push(batch);
       return [];
@@ -200,7 +207,7 @@ export class RankFollower {
       if (batch.seq > this.#opts.firstSeq) {
         if (this.#opts.replay) return this.#startFetch(this.#opts.firstSeq, batch);
         if (this.#opts.resync) return this.#lose('gap', [batch]);
-        this.counters.unrecoverable++;
+        this.#count('unrecoverable');
         return [this.#clear('gap'), ...this.#apply(batch)];
       }
       return this.#apply(batch);
@@ -208,12 +215,12 @@ export class RankFollower {
     if (batch.seq === next) return this.#apply(batch);
     if (batch.seq < next) {
       // Already applied from a replay that ran ahead of the live socket.
-      this.counters.duplicates++;
+      this.#count('duplicates');
       return [];
     }
     if (this.#opts.replay) return this.#startFetch(next, batch);
     if (this.#opts.resync) return this.#lose('gap', [batch]);
-    this.counters.unrecoverable++;
+    this.#count('unrecoverable');
     this.#next = batch.seq;
     return [this.#clear('gap'), ...this.#apply(batch)];
   }
@@ -223,7 +230,7 @@ export class RankFollower {
     if (!this.#fetching || this.#resyncing || fetch !== this.#fetch) return [];
     const next = this.#next ?? this.#opts.firstSeq;
     if (batch.seq < next) {
-      this.counters.duplicates++;
+      this.#count('duplicates');
       return [];
     }
     const steps: FollowStep[] = [];
@@ -264,12 +271,12 @@ export class RankFollower {
       return this.#lose(reason, held);
     }
     if (this.#overflowed || missing || !ok) {
-      this.counters.unrecoverable++;
+      this.#count('unrecoverable');
       steps.push(this.#clear(this.#overflowed ? 'held_overflow' : 'gap'));
       if (first !== undefined) this.#next = first.seq;
     } else if (this.#fetchGap)
-      this.counters.unrecoverable++; // cleared when the replay skipped
-    else this.counters.gapsFilled++;
+      this.#count('unrecoverable'); // cleared when the replay skipped
+    else this.#count('gapsFilled');
     this.#overflowed = false;
     this.#fetchGap = false;
     for (const b of held) steps.push(...this.#continue(b));
@@ -289,7 +296,7 @@ export class RankFollower {
     this.#fetching = false;
     this.#overflowed = false;
     this.#fetchGap = false;
-    this.counters.resynced++;
+    this.#count('resynced');
     this.#recordStarts = false;
     this.#unknownBefore = 0n;
     this.#next = lastSeq + 1n;
@@ -304,7 +311,7 @@ export class RankFollower {
     this.#resyncing = false;
     this.#fetching = false;
     this.#overflowed = false;
-    this.counters.unrecoverable++;
+    this.#count('unrecoverable');
     const held = this.#held;
     this.#held = [];
     this.#next = held[0]?.seq ?? null;
@@ -326,7 +333,7 @@ export class RankFollower {
       this.#unknownBefore = batch.seq > this.#opts.firstSeq ? batch.seq - this.#opts.firstSeq : 0n;
     }
     this.#next = batch.seq + 1n;
-    this.counters.applied++;
+    this.#count('applied');
     return [{ kind: 'apply', batch }];
   }
 
@@ -338,7 +345,7 @@ export class RankFollower {
   }
 
   #clear(reason: LossReason): FollowStep {
-    this.counters.cleared++;
+    this.#count('cleared');
     this.#recordStarts = true;
     return { kind: 'clear', reason };
   }

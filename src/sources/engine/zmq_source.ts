@@ -66,6 +66,8 @@ export interface EngineZmqOptions {
   replayTimeoutMs?: number;
   /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
+  /** Each rank follower's counts as they happen (`RankFollower`'s `onCount`). */
+  onCount?: (rank: number, what: keyof FollowerCounters) => void;
 }
 
 /** What a rank's live socket reports, in order. */
@@ -235,6 +237,7 @@ class RankLink {
       replay: replay !== null,
       firstSeq: source.options.firstSeq ?? ENGINE_FIRST_SEQ,
       resync: source.options.resync !== undefined,
+      onCount: (what) => source.options.onCount?.(this.rank, what),
     });
     this.#feed = source.options.liveFeed?.(endpoint) ?? new ZmqjsFeed(endpoint, source.options);
     this.#coalesceBytes = source.coalesceBytes;
