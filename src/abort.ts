@@ -23,3 +23,20 @@ export async function abortable<T>(signal: AbortSignal | undefined, work: () => 
     if (onAbort) signal.removeEventListener('abort', onAbort);
   }
 }
+
+/**
+ * Opens something with `open` (a server, a publisher); a signal that aborts before it is open
+ * rejects with its reason, and what was opened meanwhile is closed again.
+ */
+export async function openAbortable<T extends { close(): Promise<void> | void }>(
+  signal: AbortSignal | undefined,
+  open: () => Promise<T>,
+): Promise<T> {
+  signal?.throwIfAborted();
+  const opened = await open();
+  if (signal?.aborted) {
+    await opened.close();
+    throw signal.reason;
+  }
+  return opened;
+}

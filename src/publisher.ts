@@ -1,4 +1,4 @@
-import { type AbortOptions, abortable } from './abort.js';
+import { type AbortOptions, abortable, openAbortable } from './abort.js';
 import type { Dialect } from './codec.js';
 import { KvPlaneError } from './errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from './events.js';
@@ -107,13 +107,7 @@ export class KvEventPublisher {
    * rejects with its reason and closes whatever was opened.
    */
   static async create(options: KvEventPublisherOptions & AbortOptions = {}): Promise<KvEventPublisher> {
-    options.signal?.throwIfAborted();
-    const pub = await KvEventPublisher.#create(options);
-    if (options.signal?.aborted) {
-      await pub.close();
-      throw options.signal.reason;
-    }
-    return pub;
+    return openAbortable(options.signal, () => KvEventPublisher.#create(options));
   }
 
   static async #create(options: KvEventPublisherOptions): Promise<KvEventPublisher> {

@@ -4,8 +4,10 @@ import { describe, expect, it } from 'vitest';
 import {
   decodeBatch,
   hashBlocksAsync,
+  IndexerServer,
   KvEventPublisher,
   KvEventStream,
+  KvGrpcServer,
   KvHttpServer,
   KvPlaneError,
 } from '../src/index.js';
@@ -161,17 +163,36 @@ describe('AbortSignal on async calls', () => {
   });
 
   it('KvEventPublisher.create with an aborted signal opens nothing', async () => {
-    const probe = createServer();
-    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
-    const port = (probe.address() as { port: number }).port;
-    await new Promise<void>((resolve) => probe.close(() => resolve()));
-    const endpoint = `bind:tcp://127.0.0.1:${port}`;
+    const freePort = async () => {
+      const probe = createServer();
+      await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+      const port = (probe.address() as { port: number }).port;
+      await new Promise<void>((resolve) => probe.close(() => resolve()));
+      return port;
+    };
+    const endpoint = `bind:tcp://127.0.0.1:${await freePort()}`;
     await expect(
       KvEventPublisher.create({ endpoint, replayEndpoint: null, signal: AbortSignal.abort() }),
     ).rejects.toSatisfy(isAbort);
     // The port is free: the aborted call bound nothing.
     const pub = await KvEventPublisher.create({ endpoint, replayEndpoint: null });
-    await pub.close();
+    try {
+      const port = await freePort();
+      const signal = AbortSignal.abort();
+      await expect(KvHttpServer.create({ publisher: pub, host: '127.0.0.1', port, signal })).rejects.toSatisfy(isAbort);
+      await expect(KvGrpcServer.create({ stream: null, host: '127.0.0.1', port, signal })).rejects.toSatisfy(isAbort);
+      await expect(IndexerServer.create({ host: '127.0.0.1', port, signal })).rejects.toSatisfy(isAbort);
+      // Not aborted, the same port binds.
+      const http = await KvHttpServer.create({
+        publisher: pub,
+        host: '127.0.0.1',
+        port,
+        signal: new AbortController().signal,
+      });
+      await http.close();
+    } finally {
+      await pub.close();
+    }
   });
 });
 

@@ -404,6 +404,8 @@ describe('KvGrpcServer', () => {
     const stalled = subscribe(address, 0n, 100_000);
     const live = Array.from({ length: 3 }, () => subscribe(address, 0n, 150));
     await until(() => grpc.stats().subscribers === 4 && stalled.got.epoch !== undefined, 'subscribers');
+    const drops: Array<{ reason: string; details: string }> = [];
+    grpc.on('drop', (d) => drops.push(d));
     stalled.call.pause(); // stops reading: HTTP/2 flow control backs up to the server
     // Big batches (1024 events of 4 blocks) fill the flow-control window fast.
     const big: KvEvent[] = Array.from({ length: 1024 }, (_, i) => ({
@@ -427,6 +429,8 @@ describe('KvGrpcServer', () => {
     const got = await Promise.all(live.map((s) => s.done));
     for (const g of got) expect(seqsOf(g.batches)).toEqual(range(1, 150));
     await until(() => grpc.stats().cutOff === 1, 'the stalled subscriber to be cut off');
+    expect(drops).toHaveLength(1);
+    expect(drops[0]).toMatchObject({ reason: 'lag' });
     // What waited for the stalled peer was counted, and its queue went with it.
     expect(queued).toBeGreaterThan(32 * 64 * 1024);
     await until(() => grpc.stats().queuedBytes < queued / 4, 'the cut-off queue to be released');

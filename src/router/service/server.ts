@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { type AbortOptions, openAbortable } from '../../abort.js';
 import { listen } from '../../transports/http/listen.js';
 import { queryAnswer } from './answers.js';
 import { Fields, HttpError, jsonExact, parseJson, parseJsonExact } from './json.js';
@@ -56,7 +57,11 @@ export class IndexerServer {
     this.#metrics = indexerMetrics(registry);
   }
 
-  static async create(opts: IndexerServerOptions = {}): Promise<IndexerServer> {
+  static async create(opts: IndexerServerOptions & AbortOptions = {}): Promise<IndexerServer> {
+    return openAbortable(opts.signal, () => IndexerServer.#create(opts));
+  }
+
+  static async #create(opts: IndexerServerOptions): Promise<IndexerServer> {
     const registry = new Registry(opts.onWarning, opts.zmqReceive);
     const saved = opts.stateFile ? loadRegistrations(opts.stateFile) : [];
     for (const r of saved) registry.register(r, sourceOf(r));

@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import type {
   Metadata,
   MethodDefinition,
@@ -8,6 +9,7 @@ import type {
   ServiceError,
   sendUnaryData,
 } from '@grpc/grpc-js';
+import { type AbortOptions, openAbortable } from '../../abort.js';
 import { bindOrThrow, KvPlaneError } from '../../errors.js';
 import type { Snapshot } from '../../indexer.js';
 import { grpcJs } from '../../optional.js';
@@ -134,7 +136,13 @@ type Call = ServerWritableStream<Buffer, Buffer>;
  * expired or foreign cursor is OUT_OF_RANGE; a subscriber
  * that falls too far behind is cut off without slowing the others.
  */
-export class KvGrpcServer {
+/** What a gRPC server tells its listeners (`server.on(...)`). */
+export interface KvGrpcServerEvents {
+  /** A subscriber was cut off (it fell too far behind): it resubscribes from its last seq. */
+  drop: [{ reason: 'lag'; details: string }];
+}
+
+export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
   readonly #server: Server;
   readonly #stream: KvEventStream | null;
   readonly #token: string | undefined;
@@ -175,6 +183,7 @@ export class KvGrpcServer {
   #loadOnlyByEnded = 0;
 
   private constructor(server: Server, opts: KvGrpcServerOptions) {
+    super();
     this.#server = server;
     this.#stream = opts.stream;
     this.#token = opts.authToken;
@@ -220,7 +229,11 @@ export class KvGrpcServer {
     }
   }
 
-  static async create(opts: KvGrpcServerOptions): Promise<KvGrpcServer> {
+  static async create(opts: KvGrpcServerOptions & AbortOptions): Promise<KvGrpcServer> {
+    return openAbortable(opts.signal, () => KvGrpcServer.#create(opts));
+  }
+
+  static async #create(opts: KvGrpcServerOptions): Promise<KvGrpcServer> {
     const grpc = grpcJs();
     const server = new grpc.Server({ 'grpc.max_send_message_length': -1 });
     const self = new KvGrpcServer(server, opts);
@@ -489,6 +502,7 @@ export class KvGrpcServer {
     details = `subscriber fell more than ${this.#maxLag} batches behind; resubscribe from the last applied seq`,
   ): void {
     this.#stats.cutOff++;
+    this.emit('drop', { reason: 'lag', details });
     sub.cut({
       code: status.RESOURCE_EXHAUSTED,
       details,

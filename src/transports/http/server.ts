@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { type AbortOptions, openAbortable } from '../../abort.js';
 import type { RecoverChunks } from '../../indexer.js';
 import { jsonExact } from '../../json.js';
 import type { KvEventPublisher } from '../../publisher.js';
@@ -81,7 +82,11 @@ export class KvHttpServer {
     );
   }
 
-  static async create(opts: KvHttpServerOptions): Promise<KvHttpServer> {
+  static async create(opts: KvHttpServerOptions & AbortOptions): Promise<KvHttpServer> {
+    return openAbortable(opts.signal, () => KvHttpServer.#create(opts));
+  }
+
+  static async #create(opts: KvHttpServerOptions): Promise<KvHttpServer> {
     const server = createServer();
     const self = new KvHttpServer(server, opts);
     server.on('request', (req: IncomingMessage, res: ServerResponse) => {
