@@ -4,10 +4,11 @@
 //! event to be applied, and sees the state between two events, never the inside of one. A
 //! payload is decoded before the lock is taken.
 //!
-//! Neither side starves the other: a writer announces itself and new readers hold off until it
-//! has had its turn (with std's lock, measured, a thread querying back to back left the writer
-//! applying nothing), and the writer takes the lock once per event. Both wait on the CPU for a
-//! while before they sleep (`SPIN`), then fall back to parking_lot's fair lock.
+//! The two sides take turns: a writer announces itself and new readers hold off until it has had
+//! its turn (with std's lock, measured, a thread querying back to back left the writer applying
+//! nothing), and a writer lets readers already waiting go before its next event (so a reader
+//! waits for one event, not for a run of them). Both wait on the CPU for a while before they
+//! sleep (`SPIN`), then fall back to parking_lot's fair lock.
 
 use parking_lot::RwLock;
 pub use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
@@ -24,6 +25,8 @@ pub struct Shared<T> {
   inner: RwLock<T>,
   /// Writers waiting for the lock: readers hold off while there are any.
   writers: AtomicU32,
+  /// Readers waiting for the lock: a writer lets them go first.
+  readers: AtomicU32,
 }
 
 impl<T> Shared<T> {
@@ -31,22 +34,31 @@ impl<T> Shared<T> {
     Shared {
       inner: RwLock::new(value),
       writers: AtomicU32::new(0),
+      readers: AtomicU32::new(0),
     }
   }
 
   /// For queries.
   pub fn read(&self) -> RwLockReadGuard<'_, T> {
-    spin(|| match self.writers.load(Ordering::Acquire) {
+    let take = || match self.writers.load(Ordering::Acquire) {
       0 => self.inner.try_read(),
       _ => None,
-    })
-    .unwrap_or_else(|| self.inner.read())
+    };
+    if let Some(g) = take() {
+      return g;
+    }
+    self.readers.fetch_add(1, Ordering::AcqRel);
+    let g = spin(take).unwrap_or_else(|| self.inner.read());
+    self.readers.fetch_sub(1, Ordering::AcqRel);
+    g
   }
 
   /// For one event, or for work the caller does not interleave with reads. A panic inside the
   /// index is caught where the call came in (the link, the binding's guard) and reported there;
   /// the lock is not poisoned.
   pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+    // Readers already waiting go first (bounded by SPIN, so readers cannot hold a writer off).
+    spin(|| (self.readers.load(Ordering::Acquire) == 0).then_some(()));
     self.writers.fetch_add(1, Ordering::AcqRel);
     let g = spin(|| self.inner.try_write()).unwrap_or_else(|| self.inner.write());
     self.writers.fetch_sub(1, Ordering::AcqRel);
