@@ -54,10 +54,18 @@ impl Probe<'_> {
   }
 
   /// The deepest position present, by bisection (taking the midpoints the jump search takes
-  /// next), or `None` when block 0 is absent.
+  /// next), or `None` when block 0 is absent. The table buckets of both midpoints a step can
+  /// lead to are fetched while it probes, so the misses of consecutive steps overlap.
   fn deepest(&mut self) -> Option<usize> {
     let n = self.seqs.len();
-    if n == 0 || self.node(0).is_none() {
+    let by_key = &self.index.by_key;
+    let prefetch = |seqs: &[u64], i: usize| by_key.prefetch(hash32(seqs[i]));
+    if n == 0 {
+      return None;
+    }
+    prefetch(self.seqs, n - 1);
+    prefetch(self.seqs, (n - 1) / 2);
+    if self.node(0).is_none() {
       return None;
     }
     let (mut lo, mut hi) = (0, n - 1);
@@ -66,6 +74,8 @@ impl Probe<'_> {
     }
     while hi > lo + 1 {
       let mid = lo + (hi - lo) / 2;
+      prefetch(self.seqs, lo + (mid - lo) / 2);
+      prefetch(self.seqs, mid + (hi - mid) / 2);
       if self.node(mid).is_some() {
         lo = mid;
       } else {
