@@ -631,18 +631,19 @@ fn report(name: &str, index: &str, f: &Figures, extra: &str) {
   );
 }
 
+/// The queries as kvplane's keys: the chained `xxh3` of each block (what its index is keyed by).
+fn query_keys(wl: &Workload) -> Vec<Vec<u64>> {
+  let opts = HashOptions::new(Algo::Xxh3, BS);
+  wl.queries
+    .iter()
+    .map(|q| hash_blocks(q, &opts, false).unwrap().hashes)
+    .collect()
+}
+
 fn run(wl: &Workload, c: &mut Criterion) {
   let name = wl.name;
   let block_ops: usize = wl.ops.iter().map(Op::blocks).sum();
-  let keys: Vec<Vec<u64>> = wl
-    .queries
-    .iter()
-    .map(|q| {
-      hash_blocks(q, &HashOptions::new(Algo::Xxh3, BS), false)
-        .unwrap()
-        .hashes
-    })
-    .collect();
+  let keys = query_keys(wl);
   let locals: Vec<Vec<LocalBlockHash>> = wl.queries.iter().map(|q| dynamo_hash(q)).collect();
 
   // Apply, timed: kvplane (hashing inside), RadixTree, CRTC (events given their tokens_hash).
@@ -848,15 +849,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
 /// a loop for a profiler.
 fn profile(what: &str) {
   let wl = depths();
-  let keys: Vec<Vec<u64>> = wl
-    .queries
-    .iter()
-    .map(|q| {
-      hash_blocks(q, &HashOptions::new(Algo::Xxh3, BS), false)
-        .unwrap()
-        .hashes
-    })
-    .collect();
+  let keys = query_keys(&wl);
   let evs = kvplane_events(&wl.ops);
   let t = Instant::now();
   let mut kv = build_kvplane(&evs);
