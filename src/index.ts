@@ -87,6 +87,7 @@ export {
   type GrpcStats,
   type GrpcTlsOptions,
   KvGrpcServer,
+  type KvGrpcServerEvents,
   type KvGrpcServerOptions,
 } from './transports/grpc/server.js';
 export {
@@ -101,7 +102,12 @@ export {
   subscribePath,
 } from './transports/grpc/services.js';
 export type { MetricsOptions } from './transports/http/metrics.js';
-export { KvHttpServer, type KvHttpServerOptions, type SourceInfo } from './transports/http/server.js';
+export {
+  KvHttpServer,
+  type KvHttpServerEvents,
+  type KvHttpServerOptions,
+  type SourceInfo,
+} from './transports/http/server.js';
 export { trimMemorySoon } from './transports/memory.js';
 export {
   connectWarning,

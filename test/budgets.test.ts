@@ -190,9 +190,12 @@ describe('per-consumer byte budgets', () => {
     const pub = await largeIndex(64);
     const http = await KvHttpServer.create({ publisher: pub, maxConcurrentRecovers: 1 });
     cleanup.push(() => http.close());
+    const drops: string[] = [];
+    http.on('drop', (d) => drops.push(d.reason));
     const answers = await Promise.all(Array.from({ length: 4 }, () => fetch(`${http.url}/kv_recover`)));
     const refused = answers.filter((r) => r.status === 429);
     expect(refused.length).toBeGreaterThanOrEqual(1);
+    expect(drops).toEqual(refused.map(() => 'recover_refused'));
     expect(answers.filter((r) => r.status === 200).length).toBeGreaterThanOrEqual(1);
     for (const r of refused) {
       expect(r.headers.get('retry-after')).toBe('1');

@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type AbortOptions, openAbortable } from '../../abort.js';
@@ -52,7 +53,16 @@ export interface KvHttpServerOptions {
  * The engine node's HTTP endpoints (docs/protocol.md#http-kv_recover): `GET /kv_recover?start=S&end=E` (JSON, or msgpack
  * with `Accept: application/msgpack` or `?format=msgpack`), `GET /healthz`, `GET /metrics`.
  */
-export class KvHttpServer {
+/** What an HTTP server tells its listeners (`server.on(...)`). */
+export interface KvHttpServerEvents {
+  /**
+   * A `/kv_recover` request not served: `refused` (429, too many at once; the client retries) or
+   * `abandoned` (its client stopped reading within the send timeout).
+   */
+  drop: [{ reason: 'recover_refused' | 'recover_abandoned' }];
+}
+
+export class KvHttpServer extends EventEmitter<KvHttpServerEvents> {
   readonly #server: Server;
   readonly #publisher: KvEventPublisher;
   readonly #sources: readonly SourceInfo[];
@@ -65,6 +75,7 @@ export class KvHttpServer {
   readonly #metrics;
 
   private constructor(server: Server, opts: KvHttpServerOptions) {
+    super();
     this.#server = server;
     this.#publisher = opts.publisher;
     this.#sources = opts.sources ?? [];
@@ -135,6 +146,7 @@ export class KvHttpServer {
   async #kvRecover(req: IncomingMessage, res: ServerResponse, url: URL): Promise<void> {
     if (this.#recovering >= this.#maxRecovering) {
       this.#recover.Refused++;
+      this.emit('drop', { reason: 'recover_refused' });
       res.setHeader('retry-after', '1');
       return this.#send(res, 429, 'application/json', '{"error":"too many /kv_recover requests at once; retry"}');
     }
@@ -152,7 +164,10 @@ export class KvHttpServer {
       this.#recover[answer.kind]++;
       const status = answer.kind === 'InvalidRange' ? 400 : 200;
       const sent = await this.#sendChunks(res, status, msgpack ? 'application/msgpack' : 'application/json', answer);
-      if (!sent) this.#recover.Abandoned++;
+      if (!sent) {
+        this.#recover.Abandoned++;
+        this.emit('drop', { reason: 'recover_abandoned' });
+      }
     } finally {
       answer?.release();
       this.#recovering--;
