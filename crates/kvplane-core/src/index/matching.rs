@@ -65,9 +65,7 @@ impl Probe<'_> {
     }
     prefetch(self.seqs, n - 1);
     prefetch(self.seqs, (n - 1) / 2);
-    if self.node(0).is_none() {
-      return None;
-    }
+    self.node(0)?;
     let (mut lo, mut hi) = (0, n - 1);
     if self.node(hi).is_some() {
       lo = hi;
