@@ -276,8 +276,13 @@ export class LocalIndexer {
    * `recover` for the raw `start` / `end` parameters of a `/kv_recover` query (decimal strings,
    * either absent): malformed ones answer `InvalidRange`.
    */
-  async recoverQuery(start?: string, end?: string, format: 'json' | 'msgpack' = 'json'): Promise<RecoverAnswer> {
-    return joined(await this.recoverQueryChunks(start, end, format));
+  async recoverQuery(
+    start?: string,
+    end?: string,
+    format: 'json' | 'msgpack' = 'json',
+    options: AbortOptions = {},
+  ): Promise<RecoverAnswer> {
+    return abortable(options.signal, async () => joined(await this.recoverQueryChunks(start, end, format)));
   }
 
   /** `recoverQuery` as chunks encoded one at a time (what `/kv_recover` sends). */

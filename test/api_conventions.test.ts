@@ -154,6 +154,10 @@ describe('AbortSignal on async calls', () => {
       await pub.flush({ signal: new AbortController().signal });
       await expect(pub.indexer.dumpTree({ signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
       expect((await pub.indexer.dumpTree({})).workers.length).toBe(1);
+      await expect(
+        pub.indexer.recoverQuery(undefined, undefined, 'json', { signal: AbortSignal.abort() }),
+      ).rejects.toSatisfy(isAbort);
+      expect((await pub.indexer.recoverQuery(undefined, undefined, 'json', {})).kind).toBe('TreeDump');
       await expect(pub.indexer.recover(0n, undefined, 'json', { signal: AbortSignal.abort() })).rejects.toSatisfy(
         isAbort,
       );
