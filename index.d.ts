@@ -119,8 +119,8 @@ export declare class NativeRouterIndex {
   applyPayload(workerId: bigint, rank: number, bytes: Uint8Array, dialect: string): RouterAppliedOut
   /**
    * `apply_payload` for several payloads in order (a subscription's batches that arrived
-   * together): the events applied. A payload that does not decode stops it with an error naming
-   * its position; the ones before it were applied.
+   * together): the events applied. All are decoded first: one that does not decode is an error
+   * naming it, and nothing was applied.
    */
   applyPayloads(workerId: bigint, rank: number, payloads: Array<Uint8Array>, dialect: string): number
   /** An SMG `KvEventBatch`, applied only when its seq is `expected` (any seq when absent). */

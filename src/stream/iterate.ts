@@ -26,7 +26,7 @@ export interface BatchIterator extends AsyncIterableIterator<EncodedBatches> {
  */
 export function iterateBatches(
   consume: (format: EncodeFormat, fn: (b: EncodedBatches) => void) => () => void,
-  onClose: (fn: () => void) => void,
+  onClose: (fn: () => void) => () => void,
   options: BatchIterationOptions = {},
 ): BatchIterator {
   const max = options.maxQueued ?? 1024;
@@ -41,6 +41,7 @@ export function iterateBatches(
     if (done) return;
     done = true;
     stop();
+    offClose();
     options.signal?.removeEventListener('abort', finish);
     queued.length = 0;
     waiting?.({ value: undefined, done: true });
@@ -59,7 +60,7 @@ export function iterateBatches(
       dropped++;
     }
   });
-  onClose(finish);
+  const offClose = onClose(finish);
   if (options.signal?.aborted) finish();
   else options.signal?.addEventListener('abort', finish, { once: true });
   return {

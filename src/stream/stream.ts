@@ -245,9 +245,16 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
     );
   }
 
-  /** Runs `fn` when the stream closes, after its last batch and before the index closes. */
-  onClose(fn: () => Promise<void> | void): void {
+  /**
+   * Runs `fn` when the stream closes, after its last batch and before the index closes; returns a
+   * function that takes it back.
+   */
+  onClose(fn: () => Promise<void> | void): () => void {
     this.#onClose.push(fn);
+    return () => {
+      const i = this.#onClose.indexOf(fn);
+      if (i >= 0) this.#onClose.splice(i, 1);
+    };
   }
 
   /** Ranks whose source failed closed (unsupported layout), with the reason; empty when healthy. */
@@ -277,7 +284,8 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
     await this.flush();
     this.#closed = true;
     this.#drain.stop();
-    for (const fn of this.#onClose) await fn();
+    // A copy: a hook may take itself back while they run.
+    for (const fn of [...this.#onClose]) await fn();
     this.indexer.close();
   }
 

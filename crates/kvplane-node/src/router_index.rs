@@ -146,8 +146,8 @@ impl NativeRouterIndex {
   }
 
   /// `apply_payload` for several payloads in order (a subscription's batches that arrived
-  /// together): the events applied. A payload that does not decode stops it with an error naming
-  /// its position; the ones before it were applied.
+  /// together): the events applied. All are decoded first: one that does not decode is an error
+  /// naming it, and nothing was applied.
   #[napi]
   pub fn apply_payloads(
     &self,
@@ -158,16 +158,11 @@ impl NativeRouterIndex {
   ) -> Result<u32, Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
-      let dialect = Dialect::parse(&dialect)?;
-      let mut events = 0;
-      for (i, p) in payloads.iter().enumerate() {
-        let a = self
+      Ok(
+        self
           .inner
-          .apply_payload(id, rank, p, dialect)
-          .map_err(|e| kvplane_core::KvError::new(e.code, format!("payload {i}: {}", e.message)))?;
-        events += a.events;
-      }
-      Ok(events)
+          .apply_payloads(id, rank, &payloads, Dialect::parse(&dialect)?)?,
+      )
     })
   }
 

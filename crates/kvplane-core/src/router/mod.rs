@@ -152,24 +152,6 @@ impl RouterIndex {
     Ok(self.apply_decoded(worker_id, rank, decoded))
   }
 
-  /// `apply_payload` for payloads that arrived together, in order: all decoded first, so nothing
-  /// is applied if one does not decode (the error names which). The events applied.
-  pub fn apply_payloads(
-    &mut self,
-    worker_id: u64,
-    rank: u32,
-    payloads: &[&[u8]],
-    dialect: Dialect,
-  ) -> KvResult<u32> {
-    let decoded = codec::decode_all(payloads, dialect)?;
-    Ok(
-      decoded
-        .into_iter()
-        .map(|d| self.apply_decoded(worker_id, rank, d).events)
-        .sum(),
-    )
-  }
-
   fn apply_decoded(&mut self, worker_id: u64, rank: u32, decoded: codec::Decoded) -> Applied {
     apply_each(decoded, worker_id, rank, |w, ev| self.apply(w, ev))
   }
@@ -430,6 +412,25 @@ impl Shared<RouterIndex> {
     Ok(apply_each(decoded, worker_id, rank, |w, ev| {
       self.write().apply(w, ev)
     }))
+  }
+
+  /// `apply_payload` for payloads that arrived together, in order: all decoded first, so nothing
+  /// is applied if one does not decode (the error names which, and the caller may go on one
+  /// payload at a time without applying any twice). The events applied.
+  pub fn apply_payloads(
+    &self,
+    worker_id: u64,
+    rank: u32,
+    payloads: &[&[u8]],
+    dialect: Dialect,
+  ) -> KvResult<u32> {
+    let decoded = codec::decode_all(payloads, dialect)?;
+    Ok(
+      decoded
+        .into_iter()
+        .map(|d| apply_each(d, worker_id, rank, |w, ev| self.write().apply(w, ev)).events)
+        .sum(),
+    )
   }
 }
 

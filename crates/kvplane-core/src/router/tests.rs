@@ -211,3 +211,28 @@ fn a_tree_dump_replaces_every_rank_of_the_worker() {
   assert_eq!(segs.len(), 1);
   assert_eq!(segs[0].block_hashes, vec![7, 8, 9]);
 }
+
+#[test]
+fn payloads_that_arrived_together_apply_all_or_none() {
+  let shared = Shared::new(RouterIndex::new(BS).unwrap());
+  let batch = |h: u64| {
+    let ev = stored(&[h], None, h as u32 * 4, "GPU");
+    encode_events(1, 0.0, &[EventRef::of(&ev)], None, Format::Vllm)
+  };
+  let (a, b) = (batch(1), batch(2));
+  let held = |s: &Shared<RouterIndex>| s.read().tier(Tier::Device).stats().memberships;
+  // The second does not decode: the first is not applied either, so a caller going on one
+  // payload at a time applies nothing twice.
+  let err = shared
+    .apply_payloads(9, 0, &[&a, b"\x92garbage"], Dialect::Vllm)
+    .unwrap_err();
+  assert!(err.message.contains("payload 1"), "{}", err.message);
+  assert_eq!(held(&shared), 0);
+  assert_eq!(
+    shared
+      .apply_payloads(9, 0, &[&a, &b], Dialect::Vllm)
+      .unwrap(),
+    2
+  );
+  assert_eq!(held(&shared), 2);
+}
