@@ -158,11 +158,9 @@ impl NativeRouterIndex {
   ) -> Result<u32, Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
-      Ok(
-        self
-          .inner
-          .apply_payloads(id, rank, &payloads, Dialect::parse(&dialect)?)?,
-      )
+      self
+        .inner
+        .apply_payloads(id, rank, &payloads, Dialect::parse(&dialect)?)
     })
   }
 
