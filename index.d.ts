@@ -425,9 +425,6 @@ export interface NativeIndexerOptions {
   firstSeq?: bigint
 }
 
-/** Thrown by `panicProbe`: proves a panic surfaces as an error instead of aborting the process. */
-export declare function panicProbe(message: string): void
-
 export interface PublishedOut {
   seqs: BigUint64Array
   /**

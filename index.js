@@ -854,7 +854,6 @@ module.exports.hashBlocks = nativeBinding.hashBlocks
 module.exports.hashBlocksAsync = nativeBinding.hashBlocksAsync
 module.exports.hashBlocksWithDigests = nativeBinding.hashBlocksWithDigests
 module.exports.matchesLayout = nativeBinding.matchesLayout
-module.exports.panicProbe = nativeBinding.panicProbe
 module.exports.toInt64 = nativeBinding.toInt64
 module.exports.tokenIds = nativeBinding.tokenIds
 module.exports.toUint64 = nativeBinding.toUint64

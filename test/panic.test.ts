@@ -1,32 +1,42 @@
 import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { KvPlaneError, toKvPlaneError } from '../src/errors.js';
-import native from '../src/native.js';
 import { repoPath } from './fixtures.js';
 
-describe('panic safety', () => {
-  it('turns a Rust panic into an ERR_INTERNAL error instead of aborting', () => {
-    let caught: KvPlaneError | undefined;
-    try {
-      native.panicProbe('boom');
-    } catch (err) {
-      caught = toKvPlaneError(err);
-    }
-    expect(caught).toBeInstanceOf(KvPlaneError);
-    expect(caught?.code).toBe('ERR_INTERNAL');
-    expect(caught?.message).toContain('boom');
-  });
+/** Runs `script` in a fresh Node process, whose environment decides whether the hooks attach. */
+function runNode(script: string, env: Record<string, string | undefined>) {
+  return spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', env: { ...process.env, ...env } });
+}
 
-  it('keeps the process alive after a panic', () => {
-    // A separate Node process panics through the binding, then keeps working and exits cleanly.
+const loader = JSON.stringify(repoPath('index.js'));
+const packageEntry = JSON.stringify(repoPath('dist/index.js'));
+const binary = JSON.stringify(repoPath(readdirSync(repoPath('.')).find((f) => /^kvplane\..+\.node$/.test(f)) ?? ''));
+
+describe('panic safety', () => {
+  it('turns a Rust panic into an ERR_INTERNAL error and keeps the process alive', () => {
+    // panicProbe is a test hook: the binary attaches it only when KVPLANE_TEST_HOOKS=1 at load.
     const script = `
-      const native = require(${JSON.stringify(repoPath('index.js'))});
-      try { native.panicProbe('first'); } catch (e) { console.log('caught', e.code); }
+      const native = require(${loader});
+      try { native.panicProbe('boom'); } catch (e) { console.log('caught', e.code, e.message); }
       console.log('hashes', native.hashBlocks([1, 2, 3, 4], { blockSize: 2 }).length);
     `;
-    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8' });
+    const r = runNode(script, { KVPLANE_TEST_HOOKS: '1', RUST_BACKTRACE: '0' });
     expect(r.status).toBe(0);
-    expect(r.stdout).toContain('caught ERR_INTERNAL');
+    expect(r.stdout).toMatch(/caught ERR_INTERNAL panic in kvplane core: .*boom/);
     expect(r.stdout).toContain('hashes 2');
+  });
+
+  it('keeps the hook out of the loader, the binary and the typings without KVPLANE_TEST_HOOKS', () => {
+    const script = `
+      console.log('loader', typeof require(${loader}).panicProbe);
+      console.log('binary', typeof require(${binary}).panicProbe);
+      console.log('package', typeof require(${packageEntry}).panicProbe);
+    `;
+    const r = runNode(script, { KVPLANE_TEST_HOOKS: undefined });
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain('loader undefined');
+    expect(r.stdout).toContain('binary undefined');
+    expect(r.stdout).toContain('package undefined');
+    expect(readFileSync(repoPath('index.d.ts'), 'utf8')).not.toContain('panicProbe');
   });
 });

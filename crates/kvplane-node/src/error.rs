@@ -46,8 +46,23 @@ pub fn guard_js<T>(f: impl FnOnce() -> Result<T, KvError>) -> JsResult<T> {
   guard(f).map_err(to_js)
 }
 
-/// Thrown by `panicProbe`: proves a panic surfaces as an error instead of aborting the process.
-#[napi_derive::napi]
+/// The variable that attaches the test hooks to the binary's exports when it loads. Without it
+/// the hooks do not exist: neither the loader nor the typings know them.
+const TEST_HOOKS_ENV: &str = "KVPLANE_TEST_HOOKS";
+
+/// A test hook: panics on purpose, proving a panic surfaces as an `ERR_INTERNAL` error instead of
+/// aborting the process.
+#[napi_derive::napi(no_export)]
 pub fn panic_probe(message: String) -> napi::Result<(), Code> {
   guard_js(|| kvplane_core::diagnostics::panic_probe(&message))
+}
+
+/// Attaches `panicProbe` when the process runs with `KVPLANE_TEST_HOOKS=1`.
+#[napi_derive::napi(module_exports)]
+pub fn attach_test_hooks(mut exports: napi::bindgen_prelude::Object, env: napi::Env) -> napi::Result<()> {
+  if std::env::var(TEST_HOOKS_ENV).as_deref() == Ok("1") {
+    let probe = env.create_function::<String, ()>("panicProbe", panic_probe_c_callback)?;
+    exports.set("panicProbe", probe)?;
+  }
+  Ok(())
 }

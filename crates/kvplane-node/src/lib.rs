@@ -20,7 +20,6 @@ mod value;
 mod zmq_link;
 
 pub use codec::*;
-pub use error::panic_probe;
 pub use events::*;
 pub use hash::*;
 pub use layout::*;
