@@ -40,3 +40,15 @@ export async function openAbortable<T extends { close(): Promise<void> | void }>
   }
   return opened;
 }
+
+/**
+ * Starts `work` in any case (a close, an unsubscribe: it always runs to its end) and waits for it
+ * unless the signal aborts first, rejecting then with the signal's reason.
+ */
+export async function runThenAbortable<T>(signal: AbortSignal | undefined, work: () => Promise<T>): Promise<T> {
+  const running = work();
+  if (!signal) return running;
+  // Given up on, its failure has nobody to go to.
+  running.catch(() => {});
+  return abortable(signal, () => running);
+}

@@ -1,4 +1,4 @@
-import { type AbortOptions, abortable, openAbortable } from './abort.js';
+import { type AbortOptions, abortable, openAbortable, runThenAbortable } from './abort.js';
 import type { Dialect } from './codec.js';
 import { KvPlaneError } from './errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from './events.js';
@@ -288,10 +288,10 @@ export class KvEventPublisher {
   }
 
   /** Publishes what is queued, then closes the sockets and the index. */
-  async close(): Promise<void> {
+  /** Publishes what is queued, then closes (`signal`: stop waiting; the close goes on). */
+  async close(options: AbortOptions = {}): Promise<void> {
     if (this.stream.closed) return;
-    await this.flush();
-    await this.stream.close();
+    await runThenAbortable(options.signal, () => this.stream.close());
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

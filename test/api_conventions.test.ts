@@ -10,6 +10,7 @@ import {
   KvGrpcServer,
   KvHttpServer,
   KvPlaneError,
+  RouterIndex,
 } from '../src/index.js';
 import { FROM_SEQ_1 } from './fixtures.js';
 
@@ -130,6 +131,39 @@ describe("metrics into the application's registry", () => {
       await pub.close();
     }
   });
+  it('IndexerServer registers its metrics, per-worker families too, prefixed, into a registry it is given', async () => {
+    const registry = new Registry();
+    const pub = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null, blockSize: BS });
+    const ix = await IndexerServer.create({
+      host: '127.0.0.1',
+      port: 0,
+      workers: [{ instanceId: 7n, dpRank: 0, modelName: 'm', routingGroup: '', blockSize: BS, endpoint: pub.endpoint }],
+      metrics: { registry, prefix: 'router_' },
+    });
+    try {
+      // The worker's last seq appears once the subscription has applied the published batch.
+      let text = '';
+      for (let i = 0; i < 100 && !/^router_kvplane_indexer_worker_events_total\{[^}]*\} [1-9]/m.test(text); i++) {
+        pub.stored(stored(i + 1));
+        await pub.flush();
+        await new Promise((r) => setTimeout(r, 50));
+        text = await registry.metrics();
+      }
+      expect(text).toMatch(/^router_kvplane_indexer_worker_events_total\{instance_id="7",dp_rank="0"\} [1-9]\d*$/m);
+      expect(text).toMatch(/^router_kvplane_indexer_worker_last_seq\{instance_id="7",dp_rank="0"\} \d+$/m);
+      expect(text).toMatch(/^router_kvplane_indexer_workers 1$/m);
+      expect(text).not.toMatch(/^kvplane_/m);
+      // The server's own /metrics serves the same registry, each family once.
+      const served = await (await fetch(`${ix.url}/metrics`)).text();
+      expect(served.match(/^# TYPE router_kvplane_indexer_worker_events_total /gm)).toHaveLength(1);
+      expect(served).toMatch(
+        /^router_kvplane_indexer_requests_total\{endpoint="\/metrics"\}|^router_kvplane_indexer_models 1$/m,
+      );
+    } finally {
+      await ix.close();
+      await pub.close();
+    }
+  });
 });
 
 describe('AbortSignal on async calls', () => {
@@ -197,6 +231,47 @@ describe('AbortSignal on async calls', () => {
     } finally {
       await pub.close();
     }
+  });
+});
+
+describe('AbortSignal on close and unsubscribe', () => {
+  const isAbort = (e: unknown) => e instanceof Error && e.name === 'AbortError';
+
+  it('an aborted wait rejects with its reason and the close or unsubscribe still completes', async () => {
+    const pub = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null, blockSize: BS });
+    const index = new RouterIndex({ blockSize: BS });
+    const sub = index.subscribe(7n, { kind: 'zmq', endpoint: pub.endpoint });
+    for (let i = 0; i < 100 && sub.stats().events === 0; i++) {
+      pub.stored(stored(i + 1));
+      await pub.flush();
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(index.dump(7n).length).toBeGreaterThan(0);
+    await expect(index.unsubscribe(7n, undefined, { signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+    // Given up on, the unsubscribe still stops the subscription and drops the worker's blocks.
+    for (let i = 0; i < 100 && index.dump(7n).length > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(index.dump(7n)).toEqual([]);
+    expect(index.subscription(7n)).toBeUndefined();
+    await expect(index.close({ signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+    expect(() => index.dump()).toThrow(KvPlaneError);
+
+    const grpc = await KvGrpcServer.create({ stream: pub.stream, host: '127.0.0.1', port: 0 });
+    const http = await KvHttpServer.create({ publisher: pub, host: '127.0.0.1' });
+    const ix = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
+    const urls = [http.url, ix.url];
+    // An aborted gRPC close shuts down at once instead of waiting for calls in flight.
+    await expect(grpc.close({ signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+    await expect(http.close({ signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+    await expect(ix.close({ signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+    await expect(pub.close({ signal: AbortSignal.abort() })).rejects.toSatisfy(isAbort);
+    // Everything closed anyway: the publisher, and the servers stopped listening.
+    for (let i = 0; i < 100 && !pub.closed; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(pub.closed).toBe(true);
+    for (const url of urls) await expect(fetch(`${url}/health`)).rejects.toThrow();
+    // Not aborted: closes resolve as before.
+    const again = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null, blockSize: BS });
+    await again.close({ signal: new AbortController().signal });
+    expect(again.closed).toBe(true);
   });
 });
 

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type * as Native from '../../index.js';
+import { type AbortOptions, runThenAbortable } from '../abort.js';
 import type { Dialect } from '../codec.js';
 import { callNative, invalidArg, KvPlaneError } from '../errors.js';
 import native from '../native.js';
@@ -176,16 +177,22 @@ export class RouterIndex extends EventEmitter<RouterIndexEvents> {
     return sub;
   }
 
-  /** Stops following `workerId` (only `dpRank` when given) and drops what it held. */
-  async unsubscribe(workerId: bigint, dpRank?: number): Promise<void> {
+  /**
+   * Stops following `workerId` (only `dpRank` when given) and drops what it held (`signal`: stop
+   * waiting; the subscriptions still stop and their blocks are still dropped).
+   */
+  async unsubscribe(workerId: bigint, dpRank?: number, options: AbortOptions = {}): Promise<void> {
     const stops: Promise<void>[] = [];
     for (const [key, sub] of this.#subs) {
       if (sub.workerId !== workerId || (dpRank !== undefined && sub.dpRank !== dpRank)) continue;
       this.#subs.delete(key);
       stops.push(sub.stop());
     }
-    await Promise.all(stops);
-    if (!this.#closed) this.clearWorker(workerId, dpRank);
+    // Cleared once they are stopped, so nothing they receive meanwhile survives.
+    const done = Promise.all(stops).then(() => {
+      if (!this.#closed) this.clearWorker(workerId, dpRank);
+    });
+    await runThenAbortable(options.signal, () => done);
   }
 
   subscription(workerId: bigint, dpRank = 0): Subscription | undefined {
@@ -214,14 +221,14 @@ export class RouterIndex extends EventEmitter<RouterIndexEvents> {
     };
   }
 
-  /** Stops every subscription; the index answers nothing after. */
-  async close(): Promise<void> {
+  /** Stops every subscription; the index answers nothing after (`signal`: stop waiting for them). */
+  async close(options: AbortOptions = {}): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     this.#abort?.();
     const subs = [...this.#subs.values()];
     this.#subs.clear();
-    await Promise.all(subs.map((s) => s.stop()));
+    await runThenAbortable(options.signal, () => Promise.all(subs.map((s) => s.stop())).then(() => undefined));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

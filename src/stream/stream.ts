@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type * as Native from '../../index.js';
-import { type AbortOptions, abortable } from '../abort.js';
+import { type AbortOptions, abortable, runThenAbortable } from '../abort.js';
 import type { Dialect, EncodeFormat } from '../codec.js';
 import { KvPlaneError } from '../errors.js';
 import type { EventColumns, KvEvent, RemovedEvent, StoredEvent } from '../events.js';
@@ -279,7 +279,13 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
   }
 
   /** Publishes what is queued, runs the close hooks (transports), then closes the index. */
-  async close(): Promise<void> {
+  /** Drains what is queued, then closes (`signal`: stop waiting; the close goes on). */
+  async close(options: AbortOptions = {}): Promise<void> {
+    if (this.#closed) return;
+    await runThenAbortable(options.signal, () => this.#close());
+  }
+
+  async #close(): Promise<void> {
     if (this.#closed) return;
     await this.flush();
     this.#closed = true;

@@ -59,7 +59,10 @@ pub fn panic_probe(message: String) -> napi::Result<(), Code> {
 
 /// Attaches `panicProbe` when the process runs with `KVPLANE_TEST_HOOKS=1`.
 #[napi_derive::napi(module_exports)]
-pub fn attach_test_hooks(mut exports: napi::bindgen_prelude::Object, env: napi::Env) -> napi::Result<()> {
+pub fn attach_test_hooks(
+  mut exports: napi::bindgen_prelude::Object,
+  env: napi::Env,
+) -> napi::Result<()> {
   if std::env::var(TEST_HOOKS_ENV).as_deref() == Ok("1") {
     let probe = env.create_function::<String, ()>("panicProbe", panic_probe_c_callback)?;
     exports.set("panicProbe", probe)?;

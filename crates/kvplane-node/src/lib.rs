@@ -20,6 +20,8 @@ mod value;
 mod zmq_link;
 
 pub use codec::*;
+// Test hooks: attached at load only under KVPLANE_TEST_HOOKS=1 (error.rs).
+pub use error::{attach_test_hooks, panic_probe};
 pub use events::*;
 pub use hash::*;
 pub use layout::*;

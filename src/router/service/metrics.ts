@@ -1,4 +1,5 @@
 import { Counter, Gauge, Registry as PromRegistry } from 'prom-client';
+import type { MetricsOptions } from '../../transports/http/metrics.js';
 import type { RouterIndexStats } from '../router_index.js';
 import type { SubscriptionStats } from '../subscriptions/subscription.js';
 import type { Registry } from './registry.js';
@@ -7,47 +8,58 @@ import type { Registry } from './registry.js';
  * The indexer's Prometheus metrics: requests and errors by route, and per worker its stream's
  * state (last seq, seconds since its last batch, recoveries by kind, restarts, reconnects), read
  * from the subscriptions' counters at scrape time.
+ *
+ * In a private registry the per-worker families are written as exposition text beside the
+ * registry's own: a router follows many workers, and series objects per worker per family cost
+ * milliseconds a scrape. In the application's registry (`into.registry`) they are registered as
+ * metrics of their own, so that the application's scrape has them too.
  */
-export function indexerMetrics(registry: Registry): {
+export function indexerMetrics(
+  registry: Registry,
+  into: MetricsOptions = {},
+): {
   prom: PromRegistry;
   request(route: string): void;
   error(route: string, status: number): void;
   /** The scrape's text: every figure read once. */
   scrape(): Promise<string>;
 } {
-  const prom = new PromRegistry();
+  const prom = into.registry ?? new PromRegistry();
+  const prefix = into.prefix ?? '';
   const requests = new Counter({
-    name: 'kvplane_indexer_requests_total',
+    name: `${prefix}kvplane_indexer_requests_total`,
     help: 'HTTP requests by route',
     labelNames: ['endpoint'],
     registers: [prom],
   });
   const errors = new Counter({
-    name: 'kvplane_indexer_errors_total',
+    name: `${prefix}kvplane_indexer_errors_total`,
     help: 'HTTP error answers by route and status class',
     labelNames: ['endpoint', 'status_class'],
     registers: [prom],
   });
-  // Read once per scrape, not once per metric.
+  // Read once per scrape, not once per metric: a registry collects all its metrics in one tick.
   let snap: { subs: SubscriptionStats[]; indexes: Array<[string, RouterIndexStats]> } | null = null;
   const read = () => {
-    snap ??= {
-      subs: [...registry.indexes().values()].flatMap((ix) => ix.subscriptionStats()),
-      indexes: [...registry.indexes()].map(([k, ix]) => [k, ix.stats()] as [string, RouterIndexStats]),
-    };
+    if (snap === null) {
+      snap = {
+        subs: [...registry.indexes().values()].flatMap((ix) => ix.subscriptionStats()),
+        indexes: [...registry.indexes()].map(([k, ix]) => [k, ix.stats()] as [string, RouterIndexStats]),
+      };
+      setImmediate(() => {
+        snap = null;
+      });
+    }
     return snap;
   };
   const subs = () => read().subs;
-  /**
-   * Per-worker families, written as exposition text at scrape time: a router follows many
-   * workers, and building a labelled series object per worker per family costs milliseconds a
-   * scrape.
-   */
+  /** Per-worker families: one value per worker, or per worker and kind (`byKind`). */
   const families: Array<{
     name: string;
     help: string;
     kind: 'gauge' | 'counter';
-    read: (s: SubscriptionStats) => number | null;
+    read?: (s: SubscriptionStats) => number | null;
+    byKind?: (s: SubscriptionStats) => Record<string, number>;
   }> = [];
   const perWorker = (
     name: string,
@@ -55,29 +67,39 @@ export function indexerMetrics(registry: Registry): {
     read: (s: SubscriptionStats) => number | null,
     kind: 'gauge' | 'counter' = 'gauge',
   ) => {
-    families.push({ name, help, kind, read });
+    families.push({ name: prefix + name, help, kind, read });
   };
-  const perWorkerText = (): string => {
-    const all = subs();
+  const perWorkerText = (all: SubscriptionStats[]): string => {
     const labels = all.map((s) => `instance_id="${s.workerId}",dp_rank="${s.dpRank}"`);
     let out = '';
     for (const f of families) {
       out += `# HELP ${f.name} ${f.help}\n# TYPE ${f.name} ${f.kind}\n`;
       for (const [i, s] of all.entries()) {
-        const v = f.read(s);
-        if (v !== null) out += `${f.name}{${labels[i]}} ${v}\n`;
+        if (f.byKind) {
+          for (const [kind, n] of Object.entries(f.byKind(s))) out += `${f.name}{${labels[i]},kind="${kind}"} ${n}\n`;
+        } else {
+          const v = f.read?.(s) ?? null;
+          if (v !== null) out += `${f.name}{${labels[i]}} ${v}\n`;
+        }
       }
-    }
-    out +=
-      '# HELP kvplane_indexer_worker_recoveries_total recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)\n# TYPE kvplane_indexer_worker_recoveries_total counter\n';
-    for (const [i, s] of all.entries()) {
-      for (const [kind, n] of Object.entries(s.recoveries))
-        out += `kvplane_indexer_worker_recoveries_total{${labels[i]},kind="${kind}"} ${n}\n`;
     }
     return out;
   };
+  /** A family as a metric of the application's registry, read at its scrape. */
+  const asMetric = (f: (typeof families)[number]) => {
+    const values = () =>
+      subs().flatMap((s) => {
+        const labels = { instance_id: String(s.workerId), dp_rank: s.dpRank };
+        if (f.byKind)
+          return Object.entries(f.byKind(s)).map(([kind, value]) => ({ labels: { ...labels, kind }, value }));
+        const value = f.read?.(s) ?? null;
+        return value === null ? [] : [{ labels, value }];
+      });
+    const metric = { name: f.name, help: f.help, type: f.kind, aggregator: 'sum' as const };
+    return { ...metric, get: () => ({ ...metric, values: values() }), reset() {} };
+  };
   new Gauge({
-    name: 'kvplane_indexer_models',
+    name: `${prefix}kvplane_indexer_models`,
     help: '(model, routing group) indexes',
     registers: [prom],
     collect() {
@@ -85,7 +107,7 @@ export function indexerMetrics(registry: Registry): {
     },
   });
   new Gauge({
-    name: 'kvplane_indexer_workers',
+    name: `${prefix}kvplane_indexer_workers`,
     help: 'registered instances',
     registers: [prom],
     collect() {
@@ -120,7 +142,7 @@ export function indexerMetrics(registry: Registry): {
     'counter',
   );
   new Counter({
-    name: 'kvplane_indexer_drops_total',
+    name: `${prefix}kvplane_indexer_drops_total`,
     help: 'events not indexed, by index and reason',
     labelNames: ['index', 'reason'],
     registers: [prom],
@@ -132,7 +154,7 @@ export function indexerMetrics(registry: Registry): {
     },
   });
   new Gauge({
-    name: 'kvplane_indexer_memberships',
+    name: `${prefix}kvplane_indexer_memberships`,
     help: '(worker, block) memberships by index and tier',
     labelNames: ['index', 'tier'],
     registers: [prom],
@@ -144,7 +166,7 @@ export function indexerMetrics(registry: Registry): {
     },
   });
   new Gauge({
-    name: 'kvplane_indexer_index_bytes',
+    name: `${prefix}kvplane_indexer_index_bytes`,
     help: 'heap bytes of each index, all tiers',
     labelNames: ['index'],
     registers: [prom],
@@ -158,15 +180,20 @@ export function indexerMetrics(registry: Registry): {
       }
     },
   });
+  families.push({
+    name: `${prefix}kvplane_indexer_worker_recoveries_total`,
+    help: 'recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)',
+    kind: 'counter',
+    byKind: (s) => ({ ...s.recoveries }),
+  });
+  // biome-ignore lint/suspicious/noExplicitAny: prom-client types a custom metric as its own classes
+  if (into.registry) for (const f of families) prom.registerMetric(asMetric(f) as any);
   return {
     prom,
     async scrape() {
-      snap = null;
-      try {
-        return (await prom.metrics()) + perWorkerText();
-      } finally {
-        snap = null;
-      }
+      const all = subs();
+      const text = await prom.metrics();
+      return into.registry ? text : text + perWorkerText(all);
     },
     request: (route) => requests.inc({ endpoint: route }),
     error: (route, status) => errors.inc({ endpoint: route, status_class: status >= 500 ? '5xx' : '4xx' }),

@@ -1,7 +1,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type AbortOptions, openAbortable } from '../../abort.js';
+import { type AbortOptions, openAbortable, runThenAbortable } from '../../abort.js';
 import { listen } from '../../transports/http/listen.js';
+import type { MetricsOptions } from '../../transports/http/metrics.js';
 import { queryAnswer } from './answers.js';
 import { Fields, HttpError, jsonExact, parseJson, parseJsonExact } from './json.js';
 import { indexerMetrics } from './metrics.js';
@@ -21,6 +22,8 @@ export interface IndexerServerOptions {
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
   /** How ZMQ publishers are read (`RouterIndexOptions.zmqReceive`). Default `native`. */
   zmqReceive?: 'native' | 'js';
+  /** The application's prom-client registry and a metric name prefix (`/metrics`). */
+  metrics?: MetricsOptions;
 }
 
 /** Body limits: `/query` and `/query_by_hash` take 8 MiB (long prompts), the rest 2 MB. */
@@ -50,11 +53,11 @@ export class IndexerServer {
   readonly #metrics;
   readonly #stateFile: string | undefined;
 
-  private constructor(server: Server, registry: Registry, stateFile: string | undefined) {
+  private constructor(server: Server, registry: Registry, stateFile: string | undefined, metrics?: MetricsOptions) {
     this.#server = server;
     this.registry = registry;
     this.#stateFile = stateFile;
-    this.#metrics = indexerMetrics(registry);
+    this.#metrics = indexerMetrics(registry, metrics);
   }
 
   static async create(opts: IndexerServerOptions & AbortOptions = {}): Promise<IndexerServer> {
@@ -77,7 +80,7 @@ export class IndexerServer {
       registry.onChange();
     }
     const server = createServer();
-    const self = new IndexerServer(server, registry, stateFile);
+    const self = new IndexerServer(server, registry, stateFile, opts.metrics);
     server.on('request', (req: IncomingMessage, res: ServerResponse) => void self.#handle(req, res));
     await listen(server, opts.port ?? 8090, opts.host ?? '0.0.0.0');
     return self;
@@ -336,10 +339,13 @@ export class IndexerServer {
     res.end(res.req.method === 'HEAD' ? undefined : text);
   }
 
-  async close(): Promise<void> {
+  /** Stops serving and following every worker (`signal`: stop waiting; the close goes on). */
+  async close(options: AbortOptions = {}): Promise<void> {
     this.#server.closeAllConnections();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
-    await this.registry.close();
+    await runThenAbortable(options.signal, async () => {
+      await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+      await this.registry.close();
+    });
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

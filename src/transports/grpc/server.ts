@@ -9,7 +9,7 @@ import type {
   ServiceError,
   sendUnaryData,
 } from '@grpc/grpc-js';
-import { type AbortOptions, openAbortable } from '../../abort.js';
+import { type AbortOptions, openAbortable, runThenAbortable } from '../../abort.js';
 import { bindOrThrow, KvPlaneError } from '../../errors.js';
 import type { Snapshot } from '../../indexer.js';
 import { grpcJs } from '../../optional.js';
@@ -308,8 +308,25 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     };
   }
 
-  /** Ends every stream (status UNAVAILABLE, so routers resubscribe elsewhere or later) and stops. */
-  async close(): Promise<void> {
+  /**
+   * Ends every stream (status UNAVAILABLE, so routers resubscribe elsewhere or later) and stops,
+   * giving calls in flight up to 2 s. An aborted `signal` shuts down at once and rejects with its
+   * reason.
+   */
+  async close(options: AbortOptions = {}): Promise<void> {
+    const { signal } = options;
+    const force = () => this.#server.forceShutdown();
+    const closing = runThenAbortable(signal, () => this.#close());
+    if (signal?.aborted) force();
+    else signal?.addEventListener('abort', force, { once: true });
+    try {
+      await closing;
+    } finally {
+      signal?.removeEventListener('abort', force);
+    }
+  }
+
+  async #close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
     this.#unlisten();

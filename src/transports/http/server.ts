@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type AbortOptions, openAbortable } from '../../abort.js';
+import { type AbortOptions, openAbortable, runThenAbortable } from '../../abort.js';
 import type { RecoverChunks } from '../../indexer.js';
 import { jsonExact } from '../../json.js';
 import type { KvEventPublisher } from '../../publisher.js';
@@ -267,9 +267,10 @@ export class KvHttpServer extends EventEmitter<KvHttpServerEvents> {
     res.end(res.req.method === 'HEAD' ? undefined : body);
   }
 
-  async close(): Promise<void> {
+  /** Drops every connection and stops listening (`signal`: stop waiting; the close goes on). */
+  async close(options: AbortOptions = {}): Promise<void> {
     this.#server.closeAllConnections();
-    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+    await runThenAbortable(options.signal, () => new Promise<void>((resolve) => this.#server.close(() => resolve())));
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
