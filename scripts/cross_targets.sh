@@ -2,8 +2,8 @@
 # The release targets other than linux-x64-gnu, from this machine (`.ci/run` with
 # KVPLANE_CI_FULL=1): aarch64 glibc built and run under qemu (scripts/arm64_qemu.sh), and the two
 # musl targets cross-built with zig (PyPI `ziglang`, `cargo-zigbuild`), as the release workflow
-# builds them. The musl binaries are built and checked to be musl ELF files of their arch; running
-# them needs a musl Node, which the release workflow's Alpine job does.
+# builds them. The musl binaries then run under a musl Node (x64 natively, arm64 under qemu) and
+# must compute the same block hashes as x64 glibc (scripts/musl_node.sh).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
@@ -24,3 +24,5 @@ done
 file "$out/kvplane.linux-x64-musl.node" | grep -q 'x86-64' || { echo "cross_targets: x64 musl binary missing" >&2; exit 1; }
 file "$out/kvplane.linux-arm64-musl.node" | grep -q 'ARM aarch64' || { echo "cross_targets: arm64 musl binary missing" >&2; exit 1; }
 ls -l "$out"/kvplane.*.node
+
+bash scripts/musl_node.sh "$out"
