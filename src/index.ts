@@ -68,7 +68,7 @@ export {
   type RouterIndexStats,
   type WorkerSource,
 } from './router/router_index.js';
-export { IndexerServer, type IndexerServerOptions } from './router/service/server.js';
+export { IndexerServer, type IndexerServerEvents, type IndexerServerOptions } from './router/service/server.js';
 export type {
   RecoveryCounts,
   RecoveryKind,

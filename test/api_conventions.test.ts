@@ -131,7 +131,7 @@ describe("metrics into the application's registry", () => {
       await pub.close();
     }
   });
-  it('IndexerServer registers its metrics, per-worker families too, prefixed, into a registry it is given', async () => {
+  it('IndexerServer registers its metrics, per-worker families too, prefixed, into a registry it is given, and emits recovered', async () => {
     const registry = new Registry();
     const pub = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null, blockSize: BS });
     const ix = await IndexerServer.create({
@@ -140,6 +140,8 @@ describe("metrics into the application's registry", () => {
       workers: [{ instanceId: 7n, dpRank: 0, modelName: 'm', routingGroup: '', blockSize: BS, endpoint: pub.endpoint }],
       metrics: { registry, prefix: 'router_' },
     });
+    const recovered: Array<{ modelName: string; routingGroup: string; workerId: bigint; kind: string }> = [];
+    ix.on('recovered', (e) => recovered.push(e));
     try {
       // The worker's last seq appears once the subscription has applied the published batch.
       let text = '';
@@ -153,6 +155,11 @@ describe("metrics into the application's registry", () => {
       expect(text).toMatch(/^router_kvplane_indexer_worker_last_seq\{instance_id="7",dp_rank="0"\} \d+$/m);
       expect(text).toMatch(/^router_kvplane_indexer_workers 1$/m);
       expect(text).not.toMatch(/^kvplane_/m);
+      // The worker joined a stream already running, without replay: the server tells that its
+      // state was cleared (nothing to rebuild from), naming the index.
+      expect(recovered).toContainEqual(
+        expect.objectContaining({ modelName: 'm', routingGroup: '', workerId: 7n, dpRank: 0, kind: 'cleared' }),
+      );
       // The server's own /metrics serves the same registry, each family once.
       const served = await (await fetch(`${ix.url}/metrics`)).text();
       expect(served.match(/^# TYPE router_kvplane_indexer_worker_events_total /gm)).toHaveLength(1);

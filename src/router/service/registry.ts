@@ -58,6 +58,8 @@ export class Registry {
   readonly #onWarning: ((msg: string, detail: Record<string, unknown>) => void) | undefined;
   /** Called after every change (the state file is written from it). */
   onChange: (() => void) | null = null;
+  /** Called for each index when it is made, before it follows anything (the server's events). */
+  onIndex: ((ix: RouterIndex, modelName: string, routingGroup: string) => void) | null = null;
 
   readonly #zmqReceive: 'native' | 'js' | undefined;
 
@@ -116,6 +118,7 @@ export class Registry {
     if (!ix) {
       if (r.blockSize < 1) throw new HttpError(400, 'block_size must be at least 1');
       ix = new RouterIndex({ blockSize: r.blockSize, onWarning: this.#onWarning, zmqReceive: this.#zmqReceive });
+      this.onIndex?.(ix, r.modelName, r.routingGroup);
       this.#indexes.set(key, ix);
     }
     try {

@@ -1,8 +1,10 @@
+import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type AbortOptions, openAbortable, runThenAbortable } from '../../abort.js';
 import { listen } from '../../transports/http/listen.js';
 import type { MetricsOptions } from '../../transports/http/metrics.js';
+import type { RecoveryKind } from '../subscriptions/subscription.js';
 import { queryAnswer } from './answers.js';
 import { Fields, HttpError, jsonExact, parseJson, parseJsonExact } from './json.js';
 import { indexerMetrics } from './metrics.js';
@@ -47,13 +49,22 @@ const ROUTES: Record<string, 'GET' | 'POST'> = {
  * shapes and statuses, every error a JSON `{"error": ...}`; plus the registration of a kvplane
  * node by its HTTP URL and a state file that outlives restarts.
  */
-export class IndexerServer {
+/** What an `IndexerServer` tells as it follows its workers (each from one of its indexes). */
+export interface IndexerServerEvents {
+  /** A worker's state was restored (`RouterIndexEvents.recovered`), with its index. */
+  recovered: [{ modelName: string; routingGroup: string; workerId: bigint; dpRank: number; kind: RecoveryKind }];
+  /** A subscription's warning (gaps, reconnects, rebuilds), its detail naming the index. */
+  warning: [message: string, detail: Record<string, unknown>];
+}
+
+export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   readonly registry: Registry;
   readonly #server: Server;
   readonly #metrics;
   readonly #stateFile: string | undefined;
 
   private constructor(server: Server, registry: Registry, stateFile: string | undefined, metrics?: MetricsOptions) {
+    super();
     this.#server = server;
     this.registry = registry;
     this.#stateFile = stateFile;
@@ -66,23 +77,33 @@ export class IndexerServer {
 
   static async #create(opts: IndexerServerOptions): Promise<IndexerServer> {
     const registry = new Registry(opts.onWarning, opts.zmqReceive);
-    const saved = opts.stateFile ? loadRegistrations(opts.stateFile) : [];
-    for (const r of saved) registry.register(r, sourceOf(r));
-    for (const w of opts.workers ?? []) {
-      if (registry.instances().get(w.instanceId)?.ranks.has(w.dpRank)) continue;
-      const r: Registration = { ...w, replayEndpoint: null, url: null };
-      checkEndpoint(r.endpoint);
-      registry.register(r, sourceOf(r));
-    }
-    const stateFile = opts.stateFile;
-    if (stateFile) {
-      registry.onChange = () => saveRegistrations(stateFile, registry.registrations());
-      registry.onChange();
-    }
     const server = createServer();
-    const self = new IndexerServer(server, registry, stateFile, opts.metrics);
-    server.on('request', (req: IncomingMessage, res: ServerResponse) => void self.#handle(req, res));
-    await listen(server, opts.port ?? 8090, opts.host ?? '0.0.0.0');
+    const self = new IndexerServer(server, registry, opts.stateFile, opts.metrics);
+    registry.onIndex = (ix, modelName, routingGroup) => {
+      ix.on('recovered', (e) => self.emit('recovered', { ...e, modelName, routingGroup }));
+      ix.on('warning', (msg, detail) => self.emit('warning', msg, { ...detail, modelName, routingGroup }));
+    };
+    try {
+      const saved = opts.stateFile ? loadRegistrations(opts.stateFile) : [];
+      for (const r of saved) registry.register(r, sourceOf(r));
+      for (const w of opts.workers ?? []) {
+        if (registry.instances().get(w.instanceId)?.ranks.has(w.dpRank)) continue;
+        const r: Registration = { ...w, replayEndpoint: null, url: null };
+        checkEndpoint(r.endpoint);
+        registry.register(r, sourceOf(r));
+      }
+      const stateFile = opts.stateFile;
+      if (stateFile) {
+        registry.onChange = () => saveRegistrations(stateFile, registry.registrations());
+        registry.onChange();
+      }
+      server.on('request', (req: IncomingMessage, res: ServerResponse) => void self.#handle(req, res));
+      await listen(server, opts.port ?? 8090, opts.host ?? '0.0.0.0');
+    } catch (err) {
+      // Nothing is left following workers when the server does not start.
+      await registry.close();
+      throw err;
+    }
     return self;
   }
 
