@@ -109,9 +109,13 @@ describe('per-consumer byte budgets', () => {
   it('a stalled live subscriber holds at most its HWM of batches, and the stream goes on', async () => {
     const node = await serve(['--hwm', '64', '--sim-rate', '2000', '--sim-blocks', '65536', '--buffer-steps', '200']);
     const pid = node.proc.pid as number;
-    // Past warm-up: the engine's pool and the replay log are full, so the process stops growing by itself.
+    // Past warm-up: the engine's pool and the replay log are full. The process still grows by
+    // itself for a while after that (measured: +20 to +33 MiB in the next 8 s with no subscriber
+    // at all, the runtime's heaps settling), which the old single window counted against the
+    // subscriber. A window with no subscriber goes first, and the bound is on growth after it.
     await until(() => Number(node.status().batches ?? 0) >= 260, 'a full replay log');
-    await sleep(300);
+    const settling = rss(pid);
+    await sleep(8000);
     const before = rss(pid);
     const batchesAtStart = Number(node.status().batches);
     const stalled = new Subscriber({ receiveHighWaterMark: 1, linger: 0 });
@@ -125,9 +129,14 @@ describe('per-consumer byte budgets', () => {
       peak = Math.max(peak, rss(pid) - before);
     }
     const published = Number(node.status().batches) - batchesAtStart;
-    console.log(`stalled SUB: ${published} batches published, RSS +${(peak / MiB).toFixed(1)} MiB`);
+    console.log(
+      `stalled SUB: ${published} batches published, RSS +${(peak / MiB).toFixed(1)} MiB ` +
+        `(+${((before - settling) / MiB).toFixed(1)} MiB in the window before, with no subscriber)`,
+    );
     expect(published).toBeGreaterThan(4 * 64); // far more than the HWM went out meanwhile
-    expect(peak).toBeLessThan(64 * 128 * 1024 + 48 * MiB);
+    // 64 batches of at most 128 KiB, and room for the runtime's own swings (seen: -9 to +5 MiB).
+    // A subscriber holding what it does not read would add about 11 MB/s here.
+    expect(peak).toBeLessThan(64 * 128 * 1024 + 32 * MiB);
   }, 60_000);
 
   it('/kv_recover of the whole log comes in bounded parts to 4 clients at once while the live stream keeps flowing', async () => {
