@@ -14,10 +14,12 @@
 // outputs, over its last 8,192 batches: the end of the half-rate step), from its /healthz.
 //
 // `direct` is the engine read straight by the subscriber (no relay), at kvplane's half rate: the
-// latency floor of this setup, subtracted to give kvplane's added latency. `--half-rate N`
+// latency floor of this setup, subtracted to give kvplane's added latency. `forward` (a bare
+// zeromq.js SUB->PUB, bench/zmq_forward.mjs) and `proxy` (libzmq's own zmq_proxy in C++ via pyzmq,
+// bench/zmq_proxy.py) are relays that do nothing: the floors of a Node relay and of any relay. `--half-rate N`
 // (events/s) sets the latency step's rate for all three instead.
 //
-//   node bench/relay.mjs [--seconds 10] [--events 32] [--only direct|kvplane|python] [--half-rate N]
+//   node bench/relay.mjs [--seconds 10] [--events 32] [--only direct|kvplane|python|forward|proxy] [--half-rate N]
 //                        [--coalesce-bytes N] [--no-grpc] [--spin]
 import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
@@ -104,8 +106,11 @@ function lines(proc) {
 /** Starts a relay; returns its output endpoint, extra processes and a stop function. */
 async function startRelay(kind, engineEndpoint) {
   if (kind === 'direct') return { endpoint: engineEndpoint, async stop() {} };
-  if (kind === 'forward') {
-    const proc = spawn(process.execPath, ['bench/zmq_forward.mjs', engineEndpoint]);
+  if (kind === 'forward' || kind === 'proxy') {
+    const proc =
+      kind === 'forward'
+        ? spawn(process.execPath, ['bench/zmq_forward.mjs', engineEndpoint])
+        : spawn('python3', ['bench/zmq_proxy.py', engineEndpoint]);
     proc.stderr.pipe(process.stderr);
     const { endpoint } = JSON.parse(await lines(proc).until((l) => l.includes('endpoint'), 'the forwarder'));
     return {
@@ -303,11 +308,11 @@ async function measure(kind, batches, halfRate) {
 
 const batches = workload();
 const results = {};
-for (const kind of ['python', 'kvplane', 'direct', 'forward']) {
+for (const kind of ['python', 'kvplane', 'direct', 'forward', 'proxy']) {
   if (only && only !== kind) continue;
   const rate =
     halfRate ??
-    (['direct', 'forward'].includes(kind) && results.kvplane ? results.kvplane.top_events_per_sec / 2 : null);
+    (['direct', 'forward', 'proxy'].includes(kind) && results.kvplane ? results.kvplane.top_events_per_sec / 2 : null);
   const r = await measure(kind, batches, rate);
   console.log(JSON.stringify(r));
   results[kind] = r;
@@ -321,4 +326,8 @@ if (direct && kv) {
   // Added latency: through the relay minus engine straight to the subscriber, at the same rate.
   const added = +(kv.latency_ms_p99 - direct.latency_ms_p99).toFixed(3);
   console.log(`kvplane added p99: ${added} ms (target <= 1) ${added <= 1 ? 'ok' : 'MISSED'}`);
+}
+for (const floor of ['forward', 'proxy']) {
+  if (direct && results[floor])
+    console.log(`${floor} (a relay doing nothing) added p99: ${(results[floor].latency_ms_p99 - direct.latency_ms_p99).toFixed(3)} ms`);
 }
