@@ -275,6 +275,17 @@ describe('AbortSignal on close and unsubscribe', () => {
     for (let i = 0; i < 100 && !pub.closed; i++) await new Promise((r) => setTimeout(r, 10));
     expect(pub.closed).toBe(true);
     for (const url of urls) await expect(fetch(`${url}/health`)).rejects.toThrow();
+    // Closes called together are one close: the hooks run once, and every call waits for it.
+    const s = new KvEventStream({ blockSize: BS, ...FROM_SEQ_1 });
+    let hooks = 0;
+    s.onClose(async () => {
+      await new Promise((r) => setTimeout(r, 20));
+      hooks++;
+    });
+    s.stored(stored(1));
+    await Promise.all([s.close(), s.close(), s.close({ signal: new AbortController().signal })]);
+    expect(hooks).toBe(1);
+    expect(s.closed).toBe(true);
     // Not aborted: closes resolve as before.
     const again = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null, blockSize: BS });
     await again.close({ signal: new AbortController().signal });

@@ -84,6 +84,7 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
   readonly #onClose: Array<() => Promise<void> | void> = [];
   readonly #failClosed = new Map<number, string>();
   #closed = false;
+  #closing: Promise<void> | null = null;
   #events = 0;
   #batches = 0;
   #gaps = 0;
@@ -278,15 +279,16 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
     };
   }
 
-  /** Publishes what is queued, runs the close hooks (transports), then closes the index. */
-  /** Drains what is queued, then closes (`signal`: stop waiting; the close goes on). */
+  /**
+   * Publishes what is queued, runs the close hooks (transports), then closes the index
+   * (`signal`: stop waiting; the close goes on). Calls made while it closes wait for the same close.
+   */
   async close(options: AbortOptions = {}): Promise<void> {
-    if (this.#closed) return;
-    await runThenAbortable(options.signal, () => this.#close());
+    this.#closing ??= this.#close();
+    await runThenAbortable(options.signal, () => this.#closing as Promise<void>);
   }
 
   async #close(): Promise<void> {
-    if (this.#closed) return;
     await this.flush();
     this.#closed = true;
     this.#drain.stop();
