@@ -73,10 +73,10 @@ function reportStatus(s: Serving, seconds: number): () => void {
 }
 
 /** The process's memory in MiB: resident, V8 heap in use, and memory outside the heap held by JS objects (Buffers). */
-function memoryMib(): { rss: number; heap: number; external: number } {
+function memoryMib(): { rss: number; heap: number; heap_total: number; external: number } {
   const m = process.memoryUsage();
   const mib = (n: number) => Math.round(n / 1048576);
-  return { rss: mib(m.rss), heap: mib(m.heapUsed), external: mib(m.external) };
+  return { rss: mib(m.rss), heap: mib(m.heapUsed), heap_total: mib(m.heapTotal), external: mib(m.external) };
 }
 
 /** Resolves on SIGINT, SIGTERM or after `durationSeconds` (0: never), logging which. */
