@@ -104,6 +104,8 @@ export declare class NativeLocalIndexer {
   stats(): IndexerStatsOut
   /** The newest seq (0 before the first batch). */
   get lastSeq(): bigint
+  /** The oldest seq the replay log retains (`null` while it is empty). */
+  get oldestSeq(): bigint | null
   /** Frees the index; every later call throws ERR_CLOSED. */
   close(): void
   get closed(): boolean

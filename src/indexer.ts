@@ -210,6 +210,11 @@ export class LocalIndexer {
     return callNative(() => this.#native.lastSeq);
   }
 
+  /** The oldest seq the replay log retains (`null` while it is empty). */
+  get oldestSeq(): bigint | null {
+    return callNative(() => this.#native.oldestSeq) ?? null;
+  }
+
   /** This incarnation's epoch (docs/protocol.md#seqs-and-epochs). */
   get epoch(): bigint {
     return this.#epoch;

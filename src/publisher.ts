@@ -76,6 +76,8 @@ export interface PublisherStats {
     abandoned: number;
     refused: number;
     batchesSent: number;
+    /** Of those, copied out of the log (the rest came from the replay cache). */
+    batchesCopied: number;
     sessions: number;
   };
   /** Ranks whose source failed closed (unsupported layout), with the reason. */

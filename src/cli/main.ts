@@ -61,6 +61,8 @@ function reportStatus(s: Serving, seconds: number): () => void {
         replay_sessions: p.replay.sessions,
         replay_abandoned: p.replay.abandoned,
         replay_malformed: p.replay.malformed,
+        replay_batches: p.replay.batchesSent,
+        replay_batches_copied: p.replay.batchesCopied,
         memory_mib: memoryMib(),
         fail_closed: p.failClosed.length,
       });

@@ -100,6 +100,11 @@ export function publisherMetrics(
     () => stats().replay.abandoned,
   );
   counter('kvplane_replay_batches_total', 'Batches sent by ZMQ replay', () => stats().replay.batchesSent);
+  counter(
+    'kvplane_replay_batches_copied_total',
+    'Batches of ZMQ replays copied out of the log (the rest were sent from the replay cache)',
+    () => stats().replay.batchesCopied,
+  );
   gauge(
     'kvplane_replay_sessions',
     'ZMQ replays in progress (each holds at most its send budget)',

@@ -3,6 +3,7 @@ import { bindOrThrow } from '../../errors.js';
 import type { LocalIndexer } from '../../indexer.js';
 import { zeromq } from '../../optional.js';
 import { trimMemorySoon } from '../memory.js';
+import { ReplayCache } from './replay_cache.js';
 import { END_OF_REPLAY, SocketWriter, seqFrame } from './writer.js';
 
 export interface ReplayServerOptions {
@@ -30,6 +31,8 @@ export const MAX_REPLAY_SESSIONS = 16;
 export const MAX_REPLAY_WAITING = 4096;
 /** Batches fetched from the log per native call (each session holds one chunk's copies). */
 const CHUNK = 8;
+/** Logged batches kept for the replays in progress, shared by them (`ReplayCache`). */
+const REPLAY_CACHE_BYTES = 64 * 1024 * 1024;
 
 /** Counters of the replay socket. */
 export interface ReplayCounters {
@@ -41,6 +44,8 @@ export interface ReplayCounters {
   /** Requests refused (the end marker alone) because `MAX_REPLAY_WAITING` were already waiting. */
   refused: number;
   batchesSent: number;
+  /** Batches copied out of the log for replays; the rest were sent from the replay cache. */
+  batchesCopied: number;
 }
 
 /**
@@ -54,7 +59,15 @@ export class ReplayServer {
   readonly #writer: SocketWriter;
   readonly #opts: ReplayServerOptions;
   readonly #prefix: Buffer[];
-  readonly counters: ReplayCounters = { requests: 0, malformed: 0, abandoned: 0, refused: 0, batchesSent: 0 };
+  readonly counters: ReplayCounters = {
+    requests: 0,
+    malformed: 0,
+    abandoned: 0,
+    refused: 0,
+    batchesSent: 0,
+    batchesCopied: 0,
+  };
+  readonly #cache = new ReplayCache(REPLAY_CACHE_BYTES);
   #loop: Promise<void> = Promise.resolve();
   #sessions = new Set<Promise<void>>();
   readonly #waiting: Array<{ id: Buffer; start: bigint }> = [];
@@ -133,7 +146,10 @@ export class ReplayServer {
       const session = this.#replay(id, start).finally(() => {
         this.#sessions.delete(session);
         this.#startSessions();
-        if (this.#sessions.size === 0) trimMemorySoon();
+        if (this.#sessions.size === 0) {
+          this.#cache.clear();
+          trimMemorySoon();
+        }
       });
       this.#sessions.add(session);
     }
@@ -147,7 +163,9 @@ export class ReplayServer {
     let next = start;
     try {
       while (next <= last) {
-        const { seqs, payloads } = ix.replay(next, CHUNK);
+        const copied = this.#cache.misses;
+        const { seqs, payloads } = this.#cache.read(ix, next, CHUNK);
+        this.counters.batchesCopied += this.#cache.misses - copied;
         if (seqs.length === 0) break;
         for (let i = 0; i < seqs.length; i++) {
           const seq = seqs[i] as bigint;

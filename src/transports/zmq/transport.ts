@@ -120,7 +120,14 @@ export class ZmqTransport {
   }
 
   get replayCounters(): ReplayCounters & { sessions: number } {
-    const counters = this.#replay?.counters ?? { requests: 0, malformed: 0, abandoned: 0, refused: 0, batchesSent: 0 };
+    const counters = this.#replay?.counters ?? {
+      requests: 0,
+      malformed: 0,
+      abandoned: 0,
+      refused: 0,
+      batchesSent: 0,
+      batchesCopied: 0,
+    };
     return { ...counters, sessions: this.#replay?.sessions ?? 0 };
   }
 
