@@ -329,5 +329,7 @@ if (direct && kv) {
 }
 for (const floor of ['forward', 'proxy']) {
   if (direct && results[floor])
-    console.log(`${floor} (a relay doing nothing) added p99: ${(results[floor].latency_ms_p99 - direct.latency_ms_p99).toFixed(3)} ms`);
+    console.log(
+      `${floor} (a relay doing nothing) added p99: ${(results[floor].latency_ms_p99 - direct.latency_ms_p99).toFixed(3)} ms`,
+    );
 }

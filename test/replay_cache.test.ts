@@ -28,7 +28,7 @@ function sameAsLog(ix: LocalIndexer, cache: ReplayCache, start: bigint, max: num
   const want = ix.replay(start, max);
   // The cache may stop early (at a seq it does not hold); what it gives is the log's prefix.
   expect(got.seqs).toEqual(Array.from(want.seqs).slice(0, got.seqs.length));
-  got.payloads.forEach((p, i) => expect(p.equals(want.payloads[i] as Buffer)).toBe(true));
+  for (const [i, p] of got.payloads.entries()) expect(p.equals(want.payloads[i] as Buffer)).toBe(true);
   return got.seqs;
 }
 
