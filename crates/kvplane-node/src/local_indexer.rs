@@ -457,7 +457,11 @@ impl NativeLocalIndexer {
   /// The oldest seq the replay log retains (`null` while it is empty).
   #[napi(getter)]
   pub fn oldest_seq(&self) -> Result<Option<BigInt>, Code> {
-    guard_js(|| with(&self.inner, |ix| Ok(ix.stream().oldest_seq().map(BigInt::from))))
+    guard_js(|| {
+      with(&self.inner, |ix| {
+        Ok(ix.stream().oldest_seq().map(BigInt::from))
+      })
+    })
   }
 
   /// Frees the index; every later call throws ERR_CLOSED.
