@@ -48,6 +48,11 @@ export interface ReplayCounters {
   batchesCopied: number;
 }
 
+/** Counters of a replay socket that has served nothing. */
+export function noReplays(): ReplayCounters {
+  return { requests: 0, malformed: 0, abandoned: 0, refused: 0, batchesSent: 0, batchesCopied: 0 };
+}
+
 /**
  * The replay ROUTER (docs/protocol.md#zmq-replay): for `[identity, "", start]` it sends every retained batch with
  * seq ≥ start as `[identity, "", topic?, seq, payload]`, then the end marker (seq eight 0xff, empty
@@ -59,14 +64,7 @@ export class ReplayServer {
   readonly #writer: SocketWriter;
   readonly #opts: ReplayServerOptions;
   readonly #prefix: Buffer[];
-  readonly counters: ReplayCounters = {
-    requests: 0,
-    malformed: 0,
-    abandoned: 0,
-    refused: 0,
-    batchesSent: 0,
-    batchesCopied: 0,
-  };
+  readonly counters: ReplayCounters = noReplays();
   readonly #cache = new ReplayCache(REPLAY_CACHE_BYTES);
   #loop: Promise<void> = Promise.resolve();
   #sessions = new Set<Promise<void>>();

@@ -3,7 +3,7 @@ import { bindOrThrow, KvPlaneError } from '../../errors.js';
 import { zeromq } from '../../optional.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { curveServerOptions, type ZmqCurveOptions, zapHandler } from './curve.js';
-import { type ReplayCounters, ReplayServer } from './replay.js';
+import { noReplays, type ReplayCounters, ReplayServer } from './replay.js';
 import { SocketWriter, seqFrame } from './writer.js';
 
 export interface ZmqTransportOptions {
@@ -120,14 +120,7 @@ export class ZmqTransport {
   }
 
   get replayCounters(): ReplayCounters & { sessions: number } {
-    const counters = this.#replay?.counters ?? {
-      requests: 0,
-      malformed: 0,
-      abandoned: 0,
-      refused: 0,
-      batchesSent: 0,
-      batchesCopied: 0,
-    };
+    const counters = this.#replay?.counters ?? noReplays();
     return { ...counters, sessions: this.#replay?.sessions ?? 0 };
   }
 
