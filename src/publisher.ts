@@ -289,8 +289,10 @@ export class KvEventPublisher {
     return this.stream.closed;
   }
 
-  /** Publishes what is queued, then closes the sockets and the index. */
-  /** Publishes what is queued, then closes (`signal`: stop waiting; the close goes on). */
+  /**
+   * Publishes what is queued, sends it, then closes the sockets and the index (`signal`: stop
+   * waiting; the close goes on).
+   */
   async close(options: AbortOptions = {}): Promise<void> {
     if (this.stream.closed) return;
     await runThenAbortable(options.signal, () => this.stream.close());

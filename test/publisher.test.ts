@@ -603,6 +603,24 @@ describe('configuration', () => {
     expect(seq?.readBigUInt64BE()).toBe(1n);
   });
 
+  it('close sends what was published before it, with no flush first', async () => {
+    const p = await KvEventPublisher.create({ endpoint: LOOPBACK, replayEndpoint: null, ...FROM_SEQ_1 });
+    const sub = subscriber(p.endpoint);
+    await until(() => p.stats().subscribers === 1, 'the subscriber');
+    await sleep(100);
+    for (let i = 0; i < 20; i++) p.publish(chain(200, 1 + i * 200));
+    await p.close();
+    let events = 0;
+    sub.receiveTimeout = 2000;
+    while (events < 4000) {
+      const got = await sub.receive().catch(() => null);
+      if (got === null) break;
+      const [, , payload] = got as Buffer[];
+      events += decodeBatch(payload as Buffer, 'vllm').events.length;
+    }
+    expect(events).toBe(4000);
+  });
+
   it('bad options are typed errors; a closed publisher refuses events', async () => {
     await expect(KvEventPublisher.create({ endpoint: LOOPBACK, maxQueueSize: 0 })).rejects.toMatchObject({
       code: 'ERR_INVALID_ARG',

@@ -57,13 +57,6 @@ interface Consumer {
   fn: BatchConsumer;
 }
 
-/**
- * One numbered KV event stream (docs/architecture.md#data-flow): `publish()` enqueues and returns
- * at once; each drain cycle, off the JS thread, applies up to 1024 events per batch to the
- * `LocalIndexer`, encodes each batch once per format consumed, logs it under the next seq, and
- * hands the encoded batches to the consumers in seq order. The stream knows no transport:
- * transports `consume()` the format they send.
- */
 /** What a stream tells its listeners (`stream.on(...)`, and the same on a publisher). */
 export interface KvStreamEvents {
   /** `count` seqs were skipped before `seq`: events the full queue dropped, a gap downstream. */
@@ -74,6 +67,13 @@ export interface KvStreamEvents {
   failClosed: [{ dpRank: number; message: string }];
 }
 
+/**
+ * One numbered KV event stream (docs/architecture.md#data-flow): `publish()` enqueues and returns
+ * at once; each drain cycle, off the JS thread, applies up to 1024 events per batch to the
+ * `LocalIndexer`, encodes each batch once per format consumed, logs it under the next seq, and
+ * hands the encoded batches to the consumers in seq order. The stream knows no transport:
+ * transports `consume()` the format they send.
+ */
 export class KvEventStream extends EventEmitter<KvStreamEvents> {
   readonly indexer: LocalIndexer;
   readonly logFormat: ZmqFormat;
@@ -310,9 +310,11 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
     this.#batches += out.seqs.length;
     this.#gaps += out.gaps;
     // Events that failed closed (ERR_UNSUPPORTED_LAYOUT) went out as a clear of the rank.
-    for (const e of out.errors) this.#failClosed.set(dpRank ?? 0, e.message);
+    for (const e of out.errors) {
+      this.#failClosed.set(dpRank ?? 0, e.message);
+      this.emit('failClosed', { dpRank: dpRank ?? 0, message: e.message });
+    }
     if (out.gaps > 0) this.emit('gap', { seq: out.seqs[0] ?? 0n, count: out.gaps });
-    for (const e of out.errors) this.emit('failClosed', { dpRank: dpRank ?? 0, message: e.message });
     for (const c of this.#consumers) {
       const batches = batchesIn(out, c.format);
       if (batches) c.fn(batches);

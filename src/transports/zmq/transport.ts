@@ -20,6 +20,9 @@ export interface ZmqTransportOptions {
   curve: ZmqCurveOptions | null;
 }
 
+/** How long the live socket may go on writing its queue once closed. */
+const CLOSE_LINGER_MS = 1000;
+
 /**
  * vLLM's ZMQ transport (docs/protocol.md#vllm-and-sglang-zmq-stream): sends every batch of the
  * stream's log format as `[topic, seq (u64 BE), payload]` on a PUB socket, and serves replay
@@ -134,8 +137,15 @@ export class ZmqTransport {
     return this.#zapDomain === null ? 0 : zapHandler.refused(this.#zapDomain);
   }
 
+  /**
+   * Sends what the stream handed over (it has drained by now), then closes the sockets. The live
+   * socket runs with linger 0 (a slow subscriber never holds anything up); at close it gets
+   * `CLOSE_LINGER_MS` to write what it still queues, which it would otherwise drop.
+   */
   async close(): Promise<void> {
+    await this.#writer.flushed();
     await this.#replay?.close();
+    this.#pub.linger = CLOSE_LINGER_MS;
     this.#pub.close();
     if (this.#zapDomain !== null) zapHandler.unregister(this.#zapDomain);
   }
