@@ -46,12 +46,6 @@ export interface RouterIndexStats {
   subscriptions: SubscriptionStats[];
 }
 
-/**
- * A router's view of many engine nodes (docs/architecture.md#router-side): one index of every
- * `(workerId, dpRank)` of one model and routing group, per storage tier, kept current by
- * subscriptions that recover from gaps and restarts by themselves, and asked which workers hold
- * the longest prefix of a request.
- */
 /** What a router index tells its listeners (`index.on(...)`). */
 export interface RouterIndexEvents {
   /** A subscription restored a worker's state: how, as its stats count it. */
@@ -60,6 +54,12 @@ export interface RouterIndexEvents {
   warning: [message: string, detail: Record<string, unknown>];
 }
 
+/**
+ * A router's view of many engine nodes (docs/architecture.md#router-side): one index of every
+ * `(workerId, dpRank)` of one model and routing group, per storage tier, kept current by
+ * subscriptions that recover from gaps and restarts by themselves, and asked which workers hold
+ * the longest prefix of a request.
+ */
 export class RouterIndex extends EventEmitter<RouterIndexEvents> {
   readonly blockSize: number;
   readonly #native: Native.NativeRouterIndex;

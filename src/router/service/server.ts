@@ -43,12 +43,6 @@ const ROUTES: Record<string, 'GET' | 'POST'> = {
   '/metrics': 'GET',
 };
 
-/**
- * `kvplane indexer`: Dynamo's standalone KV indexer HTTP API (Mooncake KV Indexer RFC) over
- * `RouterIndex`es (docs/architecture.md#router-side), with the same routes, field names, answer
- * shapes and statuses, every error a JSON `{"error": ...}`; plus the registration of a kvplane
- * node by its HTTP URL and a state file that outlives restarts.
- */
 /** What an `IndexerServer` tells as it follows its workers (each from one of its indexes). */
 export interface IndexerServerEvents {
   /** A worker's state was restored (`RouterIndexEvents.recovered`), with its index. */
@@ -57,6 +51,12 @@ export interface IndexerServerEvents {
   warning: [message: string, detail: Record<string, unknown>];
 }
 
+/**
+ * `kvplane indexer`: Dynamo's standalone KV indexer HTTP API (Mooncake KV Indexer RFC) over
+ * `RouterIndex`es (docs/architecture.md#router-side), with the same routes, field names, answer
+ * shapes and statuses, every error a JSON `{"error": ...}`; plus the registration of a kvplane
+ * node by its HTTP URL and a state file that outlives restarts.
+ */
 export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   readonly registry: Registry;
   readonly #server: Server;

@@ -128,6 +128,12 @@ const DEFAULT_LOAD_POLL_MS = 1000;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
 
+/** What a gRPC server tells its listeners (`server.on(...)`). */
+export interface KvGrpcServerEvents {
+  /** A subscriber was cut off (it fell too far behind): it resubscribes from its last seq. */
+  drop: [{ reason: 'lag'; details: string }];
+}
+
 /**
  * The engine node's gRPC endpoint (docs/protocol.md#grpc-subscribekvevents): `SubscribeKvEvents`
  * under every engine service name. One consumer of the stream's `smg_proto` batches feeds all subscribers; each batch is encoded to
@@ -136,12 +142,6 @@ type Call = ServerWritableStream<Buffer, Buffer>;
  * expired or foreign cursor is OUT_OF_RANGE; a subscriber
  * that falls too far behind is cut off without slowing the others.
  */
-/** What a gRPC server tells its listeners (`server.on(...)`). */
-export interface KvGrpcServerEvents {
-  /** A subscriber was cut off (it fell too far behind): it resubscribes from its last seq. */
-  drop: [{ reason: 'lag'; details: string }];
-}
-
 export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
   readonly #server: Server;
   readonly #stream: KvEventStream | null;

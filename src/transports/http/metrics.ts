@@ -6,10 +6,6 @@ import type { GrpcStats } from '../grpc/server.js';
 
 const INDEX_DROPS = ['unknown_parent', 'unknown_removed', 'duplicate_store', 'unsupported_layout'] as const;
 
-/**
- * `/kv_recover` requests by outcome: the answer kinds, `Refused` (429, too many at once) and
- * `Abandoned` (a client that did not read its answer within the send timeout; also counted by kind).
- */
 /** Where a server's metrics go: the application's prom-client registry, and a name prefix. */
 export interface MetricsOptions {
   /**
@@ -21,6 +17,10 @@ export interface MetricsOptions {
   prefix?: string;
 }
 
+/**
+ * `/kv_recover` requests by outcome: the answer kinds, `Refused` (429, too many at once) and
+ * `Abandoned` (a client that did not read its answer within the send timeout; also counted by kind).
+ */
 export type RecoverCounts = Record<'Events' | 'TreeDump' | 'TooNew' | 'InvalidRange' | 'Refused' | 'Abandoned', number>;
 
 /**

@@ -49,10 +49,6 @@ export interface KvHttpServerOptions {
   metrics?: MetricsOptions;
 }
 
-/**
- * The engine node's HTTP endpoints (docs/protocol.md#http-kv_recover): `GET /kv_recover?start=S&end=E` (JSON, or msgpack
- * with `Accept: application/msgpack` or `?format=msgpack`), `GET /healthz`, `GET /metrics`.
- */
 /** What an HTTP server tells its listeners (`server.on(...)`). */
 export interface KvHttpServerEvents {
   /**
@@ -62,6 +58,10 @@ export interface KvHttpServerEvents {
   drop: [{ reason: 'recover_refused' | 'recover_abandoned' }];
 }
 
+/**
+ * The engine node's HTTP endpoints (docs/protocol.md#http-kv_recover): `GET /kv_recover?start=S&end=E` (JSON, or msgpack
+ * with `Accept: application/msgpack` or `?format=msgpack`), `GET /healthz`, `GET /metrics`.
+ */
 export class KvHttpServer extends EventEmitter<KvHttpServerEvents> {
   readonly #server: Server;
   readonly #publisher: KvEventPublisher;
