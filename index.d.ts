@@ -36,6 +36,19 @@ export declare class NativeEventQueue {
 }
 
 export declare class NativeLocalIndexer {
+  /**
+   * Relays an engine rank's publisher on the link thread: `onDelivery` gets what the follower
+   * must handle; `onPublished` is called (once until `takeDeferred`) when batches were published
+   * there.
+   */
+  followZmq(opts: EngineLinkOptions, onDelivery: (d: ZmqDeliveryOut) => void, onPublished: () => void): NativeZmqLink
+  /** The batches published on link threads since last taken, in seq order. */
+  takeDeferred(): PublishedOut
+  /**
+   * Binds a native PUB for the live stream: every batch logged from now on is sent there as
+   * `[topic, seq, payload]`. `null` for an endpoint it does not bind (then zeromq.js does).
+   */
+  bindZmqLive(endpoint: string, topic: string, hwm: number): NativeZmqPublisher | null
   /** Decodes and applies an encoded payload in one call (no JS object per event). */
   applyEncoded(bytes: Uint8Array, dialect: string): EncodedApplyOut
   /**
@@ -156,7 +169,21 @@ export declare class NativeZmqLink {
    */
   shut(): ZmqStintOut
   stats(): ZmqLinkStatsOut
+  /**
+   * Each live batch applied on the link thread since last taken: its time there, read off the
+   * socket to applied (ms).
+   */
+  takeLatencies(): Float64Array
   /** Stops following; deliveries already queued may still arrive. */
+  close(): void
+}
+
+/** The live stream's PUB socket, bound natively. */
+export declare class NativeZmqPublisher {
+  /** The endpoint as bound (with the port the OS chose). */
+  get endpoint(): string
+  stats(): ZmqPublisherStatsOut
+  /** Stops sending: the tap is taken off the indexer and every connection closed. */
   close(): void
 }
 
@@ -281,6 +308,21 @@ export interface EncodingOut {
   /** `vllm`, `vllm_legacy`, `sglang` or `smg_proto`. */
   format: string
   payloads: Array<Buffer>
+}
+
+export interface EngineLinkOptions {
+  /** The engine rank's publisher: `tcp://HOST:PORT` or `ipc://PATH`. */
+  endpoint: string
+  topic?: string
+  /** The rank its batches are published under; none: the payloads' own ranks. */
+  dpRank?: number
+  dialect: string
+  /** Reconnects wait from 100 ms, doubling up to this. Default 100. */
+  reconnectMaxMs?: number
+  /** Live batches handed to JS and not read yet, at most; more are dropped (counted). Default 10,000. */
+  maxUnread?: number
+  /** Batches already read in, in order, relayed as one up to this many payload bytes. Default 0. */
+  coalesceBytes?: number
 }
 
 /** An event as kvplane returns it (replay batches, tree dumps): `type` says which fields are set. */
@@ -631,9 +673,18 @@ export interface ZmqLinkStatsOut {
   gateOpen: boolean
   /** The last seq applied on the link thread that JS has not been told of yet. */
   stintLastSeq?: bigint
+  /** Batches applied on the link thread that JS has not been told of yet. */
+  stintBatches: number
   /** Held batches skipped as already applied from a replay. */
   duplicates: number
   lastError?: string
+}
+
+export interface ZmqPublisherStatsOut {
+  peers: number
+  sent: number
+  dropped: number
+  queued: number
 }
 
 export interface ZmqStintOut {

@@ -840,6 +840,7 @@ module.exports.NativeEventQueue = nativeBinding.NativeEventQueue
 module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
 module.exports.NativeRouterIndex = nativeBinding.NativeRouterIndex
 module.exports.NativeZmqLink = nativeBinding.NativeZmqLink
+module.exports.NativeZmqPublisher = nativeBinding.NativeZmqPublisher
 module.exports.RecoverChunks = nativeBinding.RecoverChunks
 module.exports.SnapshotStream = nativeBinding.SnapshotStream
 module.exports.clockFirstSeq = nativeBinding.clockFirstSeq

@@ -167,6 +167,7 @@ async function startRelay(kind, engineEndpoint) {
       /** The relay's own time per engine batch over its last 8,192 (read off the socket to handed to its outputs). */
       async internal() {
         const health = await (await fetch(`http://127.0.0.1:${httpPort}/healthz`)).json();
+        if (process.env.KVPLANE_BENCH_DEBUG) console.error(JSON.stringify(health.sources[0].stats.ranks[0]));
         return health.sources[0].stats.relayLatencyMs;
       },
       async stop() {

@@ -375,6 +375,33 @@ export class LocalIndexer {
   }
 
   /**
+   * Relays an engine rank's live socket on the native link thread (crates/kvplane-zmq): batches
+   * the gate lets through are decoded, applied, encoded and logged there and kept for
+   * `takeDeferred` (`onPublished` says so); `onDelivery` gets the rest. Used by `KvEventStream`.
+   * @internal
+   */
+  followZmq(
+    opts: Native.EngineLinkOptions,
+    onDelivery: (d: Native.ZmqDeliveryOut) => void,
+    onPublished: () => void,
+  ): Native.NativeZmqLink {
+    return callNative(() => this.#native.followZmq(opts, onDelivery, onPublished));
+  }
+
+  /** The batches published on link threads since last taken, in seq order. @internal */
+  takeDeferred(): Native.PublishedOut {
+    return callNative(() => this.#native.takeDeferred());
+  }
+
+  /**
+   * Binds a native PUB that sends every batch logged from now on as `[topic, seq, payload]`;
+   * `null` for an endpoint it does not bind. Used by the ZMQ transport. @internal
+   */
+  bindZmqLive(endpoint: string, topic: string, hwm: number): Native.NativeZmqPublisher | null {
+    return callNative(() => this.#native.bindZmqLive(endpoint, topic, hwm));
+  }
+
+  /**
    * Per worker, how many consecutive leading blocks of a request it holds. The request is its
    * tokens (hashed here into the index's keys) or already its chained block hashes.
    */

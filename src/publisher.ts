@@ -1,3 +1,4 @@
+import type * as Native from '../index.js';
 import { type AbortOptions, abortable, openAbortable, runThenAbortable } from './abort.js';
 import type { Dialect } from './codec.js';
 import { KvPlaneError } from './errors.js';
@@ -151,6 +152,8 @@ export class KvEventPublisher {
         hwm: o.hwm,
         curve: options.curve ?? null,
       });
+      // The opening clear is published before the publisher is handed out: its queue starts empty.
+      await stream.flush();
       return new KvEventPublisher(stream, zmq, options.curve ?? null);
     } catch (err) {
       await stream.close();
@@ -203,6 +206,11 @@ export class KvEventPublisher {
     nextIds: Map<number, bigint>,
   ): Array<{ dpRank: number; kind: 'gap' | 'restart' }> {
     return this.stream.relayWithEventIds(bytes, dialect, nextIds);
+  }
+
+  /** `KvEventStream.followZmq`: an engine rank's live socket relayed natively. */
+  followZmq(opts: Native.EngineLinkOptions, onDelivery: (d: Native.ZmqDeliveryOut) => void): Native.NativeZmqLink {
+    return this.stream.followZmq(opts, onDelivery);
   }
 
   /** `KvEventStream.clearRank`: `AllBlocksCleared` for DP rank `dpRank`, at once. */

@@ -1,3 +1,4 @@
+import type * as Native from '../../index.js';
 import type { Dialect } from '../codec.js';
 import { invalidArg } from '../errors.js';
 import type { KvEvent } from '../events.js';
@@ -49,6 +50,11 @@ export interface RelaySink extends EventSink {
   ): Array<{ dpRank: number; kind: 'gap' | 'restart' }>;
   clearRank(dpRank: number | null): void;
   flush(): Promise<void>;
+  /**
+   * Relays a rank's live socket natively (`KvEventStream.followZmq`; `ERR_INVALID_ARG` for an
+   * endpoint a native link does not speak). Absent: the source reads it with zeromq.js.
+   */
+  followZmq?(opts: Native.EngineLinkOptions, onDelivery: (d: Native.ZmqDeliveryOut) => void): Native.NativeZmqLink;
 }
 
 /** `sink` as a `RelaySink` (`ERR_INVALID_ARG` for a sink that cannot relay). */

@@ -88,6 +88,8 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
   #events = 0;
   #batches = 0;
   #gaps = 0;
+  /** Native links relaying into this stream (`followZmq`). */
+  #links = 0;
 
   constructor(options: KvEventStreamOptions = {}) {
     super();
@@ -108,7 +110,11 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
       this.indexer.close();
       throw err;
     }
-    this.#drain = new DrainScheduler(this.indexer, this.#queue, this.dataParallelRank, (out) => this.#published(out));
+    this.#drain = new DrainScheduler(this.indexer, this.#queue, this.dataParallelRank, (out) => {
+      this.#published(out);
+      // Batches a link published while the drain ran come after the drain's.
+      this.#takeDeferred(true);
+    });
     if (options.openWithClear ?? true) this.cleared();
   }
 
@@ -182,6 +188,29 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
       nextIds.set(r, out.nextIds[i] as bigint);
     });
     return Array.from(out.breakRanks, (dpRank, i) => ({ dpRank, kind: out.breakKinds[i] as 'gap' | 'restart' }));
+  }
+
+  /**
+   * Relays an engine rank's live socket natively (crates/kvplane-zmq): while its follower keeps
+   * the gate open, each batch is relayed on the link thread as `relay` would (and sent there by a
+   * native ZMQ publisher); this stream's consumers get those batches on the JS thread, in seq order
+   * with everything else. What the follower must handle goes to `onDelivery`. `ERR_INVALID_ARG`
+   * for an endpoint a link does not speak.
+   */
+  followZmq(opts: Native.EngineLinkOptions, onDelivery: (d: Native.ZmqDeliveryOut) => void): Native.NativeZmqLink {
+    this.#open();
+    const link = this.indexer.followZmq(opts, onDelivery, () => this.#takeDeferred());
+    this.#links++;
+    return link;
+  }
+
+  /**
+   * Hands what links published to the consumers, unless a drain is under way (`afterDrain`: it
+   * has just ended): the drain's batches, published before, must reach them first.
+   */
+  #takeDeferred(afterDrain = false): void {
+    if (this.#links === 0 || this.#closed || (this.#drain.busy && !afterDrain)) return;
+    this.#published(this.indexer.takeDeferred());
   }
 
   /**
@@ -290,6 +319,7 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
 
   async #close(): Promise<void> {
     await this.flush();
+    this.#takeDeferred();
     this.#closed = true;
     this.#drain.stop();
     // A copy: a hook may take itself back while they run.

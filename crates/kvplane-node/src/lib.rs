@@ -3,6 +3,7 @@
 
 mod codec;
 mod convert;
+mod engine_link;
 mod error;
 mod events;
 mod extra_key;
@@ -20,6 +21,7 @@ mod value;
 mod zmq_link;
 
 pub use codec::*;
+pub use engine_link::*;
 // Test hooks: attached at load only under KVPLANE_TEST_HOOKS=1 (error.rs).
 pub use error::{attach_test_hooks, panic_probe};
 pub use events::*;

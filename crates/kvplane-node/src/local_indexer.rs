@@ -30,6 +30,12 @@ pub struct NativeLocalIndexer {
   inner: Shared,
 }
 
+impl NativeLocalIndexer {
+  pub(crate) fn shared(&self) -> Shared {
+    self.inner.clone()
+  }
+}
+
 #[napi]
 impl NativeLocalIndexer {
   /// Decodes and applies an encoded payload in one call (no JS object per event).
@@ -61,7 +67,8 @@ impl NativeLocalIndexer {
       let dialect = Dialect::parse(&dialect)?;
       let slices: Vec<&[u8]> = payloads.iter().map(|b| b.as_ref()).collect();
       Ok(published_out(with(&self.inner, |ix| {
-        ix.relay_coalesced(&slices, dialect, dp_rank)
+        let d = ix.relay_coalesced(&slices, dialect, dp_rank)?;
+        Ok(ix.after_deferred(d))
       })?))
     })
   }
@@ -85,7 +92,9 @@ impl NativeLocalIndexer {
         .zip(next_ids.iter().copied())
         .collect();
       let r = with(&self.inner, |ix| {
-        ix.relay_with_event_ids(bytes, dialect, &expected)
+        let mut r = ix.relay_with_event_ids(bytes, dialect, &expected)?;
+        r.drained = ix.after_deferred(r.drained);
+        Ok(r)
       })?;
       Ok(RelayedIdsOut {
         published: published_out(r.drained),
@@ -109,7 +118,8 @@ impl NativeLocalIndexer {
   pub fn clear_rank(&self, dp_rank: Option<i32>, ts: f64) -> Result<PublishedOut, Code> {
     guard_js(|| {
       Ok(published_out(with(&self.inner, |ix| {
-        ix.clear_rank(dp_rank, ts)
+        let d = ix.clear_rank(dp_rank, ts)?;
+        Ok(ix.after_deferred(d))
       })?))
     })
   }

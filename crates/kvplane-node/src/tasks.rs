@@ -229,7 +229,8 @@ impl CoreWork for Drain {
   fn run(&mut self) -> KvResult<Drained> {
     let segments = self.segments.take().unwrap_or_default();
     with(&self.inner, |ix| {
-      ix.publish_segments(segments, self.ts, self.dp_rank)
+      let d = ix.publish_segments(segments, self.ts, self.dp_rank)?;
+      Ok(ix.after_deferred(d))
     })
   }
 

@@ -56,6 +56,8 @@ pub struct ZmqLinkStatsOut {
   pub gate_open: bool,
   /// The last seq applied on the link thread that JS has not been told of yet.
   pub stint_last_seq: Option<BigInt>,
+  /// Batches applied on the link thread that JS has not been told of yet.
+  pub stint_batches: f64,
   /// Held batches skipped as already applied from a replay.
   pub duplicates: f64,
   pub last_error: Option<String>,
@@ -145,18 +147,7 @@ impl NativeRouterIndex {
   ) -> Result<NativeZmqLink, Code> {
     let worker_id = guard_js(|| bigint_u64("workerId", &opts.worker_id))?;
     let dialect = guard_js(|| Dialect::parse(&opts.dialect))?;
-    let endpoint = guard_js(|| {
-      Endpoint::parse(&opts.endpoint).ok_or_else(|| {
-        KvError::new(
-          ErrorCode::InvalidArg,
-          format!(
-            "{}: a native link connects to tcp://HOST:PORT or ipc://PATH",
-            opts.endpoint
-          ),
-        )
-      })
-    })?;
-    let mut lo = LinkOptions::new(endpoint);
+    let mut lo = LinkOptions::new(link_endpoint(&opts.endpoint)?);
     lo.topic = opts.topic.unwrap_or_default().into_bytes();
     lo.reconnect_max = Duration::from_millis(opts.reconnect_max_ms.unwrap_or(100) as u64);
     lo.max_unread = opts.max_unread.unwrap_or(10_000) as u64;
@@ -166,22 +157,43 @@ impl NativeRouterIndex {
       rank: opts.dp_rank,
       dialect,
     };
-    let reader = Reader::default();
-    let r = reader.clone();
-    let tsfn: DeliveryFn = on_delivery
-      .build_threadsafe_function::<Delivery>()
-      .callee_handled::<false>()
-      .build_callback(move |ctx| {
-        if matches!(ctx.value, Delivery::HandOff(..)) {
-          r.read_one();
-        }
-        Ok(delivery_out(ctx.value))
-      })
-      .map_err(|e| napi::Error::new(Code(ErrorCode::Internal.as_str()), e.reason))?;
-    Ok(NativeZmqLink {
-      link: Link::spawn(lo, apply, JsDeliver(tsfn), reader),
-    })
+    open_link(lo, apply, on_delivery)
   }
+}
+
+/// A link's endpoint (`ERR_INVALID_ARG` for one it does not speak).
+pub(crate) fn link_endpoint(endpoint: &str) -> Result<Endpoint, Code> {
+  guard_js(|| {
+    Endpoint::parse(endpoint).ok_or_else(|| {
+      KvError::new(
+        ErrorCode::InvalidArg,
+        format!("{endpoint}: a native link connects to tcp://HOST:PORT or ipc://PATH"),
+      )
+    })
+  })
+}
+
+/// Starts a link applying with `apply`, its hand-offs delivered to `on_delivery`.
+pub(crate) fn open_link(
+  lo: LinkOptions,
+  apply: impl Apply,
+  on_delivery: Function<ZmqDeliveryOut, ()>,
+) -> Result<NativeZmqLink, Code> {
+  let reader = Reader::default();
+  let r = reader.clone();
+  let tsfn: DeliveryFn = on_delivery
+    .build_threadsafe_function::<Delivery>()
+    .callee_handled::<false>()
+    .build_callback(move |ctx| {
+      if matches!(ctx.value, Delivery::HandOff(..)) {
+        r.read_one();
+      }
+      Ok(delivery_out(ctx.value))
+    })
+    .map_err(|e| napi::Error::new(Code(ErrorCode::Internal.as_str()), e.reason))?;
+  Ok(NativeZmqLink {
+    link: Link::spawn(lo, apply, JsDeliver(tsfn), reader),
+  })
 }
 
 #[napi]
@@ -216,9 +228,17 @@ impl NativeZmqLink {
       dropped: s.dropped as f64,
       gate_open: s.gate_open,
       stint_last_seq: s.stint_last_seq.map(BigInt::from),
+      stint_batches: s.stint_batches as f64,
       duplicates: s.duplicates as f64,
       last_error: s.last_error,
     }
+  }
+
+  /// Each live batch applied on the link thread since last taken: its time there, read off the
+  /// socket to applied (ms).
+  #[napi]
+  pub fn take_latencies(&self) -> Float64Array {
+    Float64Array::new(self.link.take_latencies())
   }
 
   /// Stops following; deliveries already queued may still arrive.

@@ -8,9 +8,11 @@
 pub mod endpoint;
 pub mod gate;
 pub mod link;
+pub mod publisher;
 mod runtime;
 pub mod zmtp;
 
 pub use endpoint::Endpoint;
 pub use gate::Stint;
 pub use link::{Apply, Deliver, Delivery, HandOff, Link, LinkOptions, LinkStats, Reader};
+pub use publisher::{Message, PubOptions, PubStats, Publisher};

@@ -5,18 +5,26 @@ use crate::endpoint::Endpoint;
 use crate::gate::{Gate, Held, Reopened, Route, Stint};
 use crate::runtime;
 use crate::zmtp;
+use std::collections::VecDeque;
 use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::task::JoinHandle;
 
 /// Applies a live batch's payload where it was read.
 pub trait Apply: Send + 'static {
   /// The events applied, or why the payload could not be applied (then nothing was).
   fn apply(&mut self, payload: &[u8]) -> Result<u32, String>;
+
+  /// Applies consecutive batches' payloads as one, all or none: the events applied, or why not
+  /// (then each is applied alone). By default none are.
+  fn apply_many(&mut self, _payloads: &[&[u8]]) -> Result<u32, String> {
+    Err("not supported".into())
+  }
 }
 
 /// What the follower is handed.
@@ -60,6 +68,9 @@ pub struct LinkOptions {
   /// Live batches handed to the follower and not read yet, at most; more are dropped (counted),
   /// as a ZMQ receive HWM drops them, and the follower sees the gap.
   pub max_unread: u64,
+  /// Live batches already read in, in order after one being applied, are applied with it as one
+  /// (`Apply::apply_many`) up to this many payload bytes; 0 applies each alone.
+  pub coalesce_bytes: usize,
 }
 
 impl LinkOptions {
@@ -72,6 +83,7 @@ impl LinkOptions {
       handshake_timeout: Duration::from_secs(5),
       max_frame: 256 << 20,
       max_unread: 10_000,
+      coalesce_bytes: 0,
     }
   }
 }
@@ -92,6 +104,8 @@ pub struct LinkStats {
   pub gate_open: bool,
   /// The last seq applied here since the follower was last handed something, or `None`.
   pub stint_last_seq: Option<u64>,
+  /// Batches applied here since the follower was last handed something.
+  pub stint_batches: u64,
   /// Held batches skipped because the follower had applied them from a replay.
   pub duplicates: u64,
   /// Why the last connection attempt or connection failed.
@@ -106,6 +120,8 @@ struct Inner {
   /// `None` once closed: what JS holds of the link must not keep the follower's callback (and
   /// so Node's event loop) alive.
   deliver: Option<Box<dyn Deliver>>,
+  /// When each held batch was read, by seq (cleared when the held are handed over).
+  held_at: VecDeque<(u64, Instant)>,
 }
 
 struct Shared {
@@ -120,11 +136,27 @@ struct Shared {
   last_applied_ms: AtomicU64,
   dropped: AtomicU64,
   last_error: Mutex<Option<String>>,
+  /// Each applied live batch's time here, read to applied (ms), the last `LATENCY_WINDOW`.
+  latencies: Mutex<VecDeque<f64>>,
 }
+
+/// Live batches' times kept for the follower to take (`Link::take_latencies`), at most.
+const LATENCY_WINDOW: usize = 8192;
 
 impl Shared {
   fn inner(&self) -> MutexGuard<'_, Inner> {
     self.inner.lock().unwrap_or_else(|p| p.into_inner())
+  }
+
+  /// `batches` live batches were applied here `t` after they were read.
+  fn timed(&self, t: Duration, batches: usize) {
+    let mut l = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..batches {
+      if l.len() == LATENCY_WINDOW {
+        l.pop_front();
+      }
+      l.push_back(t.as_secs_f64() * 1e3);
+    }
   }
 
   fn set_error(&self, e: String) {
@@ -140,6 +172,14 @@ impl Shared {
     }
   }
 
+  /// Applies consecutive payloads as one; `None` if they were not (none was).
+  fn apply_many(inner: &mut Inner, payloads: &[&[u8]]) -> Option<u32> {
+    match catch_unwind(AssertUnwindSafe(|| inner.apply.apply_many(payloads))) {
+      Ok(Ok(events)) => Some(events),
+      _ => None,
+    }
+  }
+
   fn count_applied(&self, events: u32) {
     self.batches.fetch_add(1, Relaxed);
     self.events.fetch_add(events as u64, Relaxed);
@@ -147,6 +187,7 @@ impl Shared {
 
   /// Hands `h` to the follower, after the held batches.
   fn forward(&self, inner: &mut Inner, h: HandOff) {
+    inner.held_at.clear();
     for (seq, payload) in inner.gate.take_held() {
       self.hand_off(inner, HandOff::Batch { seq, payload });
     }
@@ -181,6 +222,12 @@ impl Shared {
       if let Some(events) = Shared::apply(inner, &payload) {
         inner.gate.applied(seq);
         self.count_applied(events);
+        while let Some((held, at)) = inner.held_at.pop_front() {
+          if held == seq {
+            self.timed(at.elapsed(), 1);
+            break;
+          }
+        }
         continue;
       }
       self.hand_off(inner, HandOff::Batch { seq, payload });
@@ -206,6 +253,7 @@ impl Link {
         gate: Gate::new(opts.max_unread as usize),
         apply: Box::new(apply),
         deliver: Some(Box::new(deliver)),
+        held_at: VecDeque::new(),
       }),
       max_unread: opts.max_unread,
       read,
@@ -216,6 +264,7 @@ impl Link {
       last_applied_ms: AtomicU64::new(0),
       dropped: AtomicU64::new(0),
       last_error: Mutex::new(None),
+      latencies: Mutex::new(VecDeque::new()),
     });
     let task = runtime::handle().spawn(run(opts, shared.clone()));
     Link { shared, task }
@@ -231,6 +280,7 @@ impl Link {
     match inner.gate.reopen(next, self.shared.read.0.load(Relaxed)) {
       Reopened::Shut => false,
       Reopened::Gap => {
+        inner.held_at.clear();
         for (seq, payload) in inner.gate.take_held() {
           self
             .shared
@@ -252,6 +302,7 @@ impl Link {
   pub fn shut(&self) -> Stint {
     let mut inner = self.shared.inner();
     let (stint, held) = inner.gate.shut();
+    inner.held_at.clear();
     for (seq, payload) in held {
       self
         .shared
@@ -275,6 +326,7 @@ impl Link {
       dropped: s.dropped.load(Relaxed),
       gate_open,
       stint_last_seq: stint.last_seq,
+      stint_batches: stint.batches,
       duplicates,
       last_error: s
         .last_error
@@ -282,6 +334,17 @@ impl Link {
         .unwrap_or_else(|p| p.into_inner())
         .clone(),
     }
+  }
+
+  /// The time each live batch applied here took, from read to applied (ms), since last taken
+  /// (the last 8,192 at most).
+  pub fn take_latencies(&self) -> Vec<f64> {
+    let mut l = self
+      .shared
+      .latencies
+      .lock()
+      .unwrap_or_else(|p| p.into_inner());
+    l.drain(..).collect()
   }
 
   /// Stops following: the connection is closed and nothing more is applied or delivered.
@@ -394,6 +457,7 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
     if flags & zmtp::MORE != 0 {
       continue;
     }
+    let read_at = Instant::now();
     let msg = std::mem::replace(&mut frames, Vec::with_capacity(3));
     let seq = match msg.get(1) {
       Some(s) if msg.len() == 3 && s.len() == 8 => u64::from_be_bytes(s[..].try_into().unwrap()),
@@ -404,26 +468,111 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
       }
     };
     let payload = msg.into_iter().nth(2).unwrap_or_default();
-    let mut inner = shared.inner();
+    let applied = {
+      let mut inner = shared.inner();
+      let mut group = vec![(seq, payload)];
+      if opts.coalesce_bytes > 0 && inner.gate.route(seq) == Route::Apply {
+        take_buffered(&mut r, &mut group, opts.coalesce_bytes, opts.max_frame);
+      }
+      if group.len() > 1 && apply_group(shared, &mut inner, &group, &mut last_progress) {
+        group.len()
+      } else {
+        let mut applied = 0;
+        for batch in group {
+          applied += route(shared, &mut inner, batch, read_at, &mut last_progress) as usize;
+        }
+        applied
+      }
+    };
+    if applied > 0 {
+      shared.timed(read_at.elapsed(), applied);
+      // What the batch queued for a native publisher's subscribers goes out now, not once the
+      // rest of the read buffer (hundreds of batches) has been applied: the publisher's writers
+      // run on this thread too.
+      tokio::task::yield_now().await;
+    }
+  }
+}
+
+/// Moves the live batches that follow `group`'s last in seq order, already whole in the read
+/// buffer, into `group`, while its payloads stay under `cap` bytes. Nothing waits for more.
+fn take_buffered<R: AsyncRead + Unpin>(
+  r: &mut BufReader<R>,
+  group: &mut Vec<(u64, Vec<u8>)>,
+  cap: usize,
+  max_frame: usize,
+) {
+  let mut bytes: usize = group.iter().map(|(_, p)| p.len()).sum();
+  while let Some((used, seq, payload)) = zmtp::buffered_message(r.buffer(), max_frame) {
+    let last = group.last().map(|(s, _)| *s).unwrap_or(0);
+    if seq != last.wrapping_add(1) || bytes + payload.len() > cap {
+      return;
+    }
+    bytes += payload.len();
+    group.push((seq, payload.to_vec()));
+    Pin::new(&mut *r).consume(used);
+  }
+}
+
+/// Tells the follower that batches were applied here, at most every 250 ms.
+fn progress(shared: &Shared, inner: &Inner, last_progress: &mut Instant) {
+  if last_progress.elapsed() >= Duration::from_millis(250) {
+    *last_progress = Instant::now();
+    shared.last_applied_ms.store(now_ms(), Relaxed);
+    if let Some(d) = &inner.deliver {
+      d.deliver(Delivery::Progress);
+    }
+  }
+}
+
+/// Applies an in-order group of live batches as one; false if it did not (none was applied).
+fn apply_group(
+  shared: &Shared,
+  inner: &mut Inner,
+  group: &[(u64, Vec<u8>)],
+  last_progress: &mut Instant,
+) -> bool {
+  let payloads: Vec<&[u8]> = group.iter().map(|(_, p)| p.as_slice()).collect();
+  let Some(events) = Shared::apply_many(inner, &payloads) else {
+    return false;
+  };
+  for (seq, _) in group {
+    inner.gate.applied(*seq);
+  }
+  shared.batches.fetch_add(group.len() as u64, Relaxed);
+  shared.events.fetch_add(events as u64, Relaxed);
+  progress(shared, inner, last_progress);
+  true
+}
+
+/// Applies a live batch here, holds it or hands it to the follower, as the gate says; whether it
+/// was applied here.
+fn route(
+  shared: &Shared,
+  inner: &mut Inner,
+  (seq, payload): (u64, Vec<u8>),
+  read_at: Instant,
+  last_progress: &mut Instant,
+) -> bool {
+  {
     match inner.gate.route(seq) {
-      Route::Apply => match Shared::apply(&mut inner, &payload) {
+      Route::Apply => match Shared::apply(inner, &payload) {
         Some(events) => {
           inner.gate.applied(seq);
           shared.count_applied(events);
-          if last_progress.elapsed() >= Duration::from_millis(250) {
-            last_progress = Instant::now();
-            shared.last_applied_ms.store(now_ms(), Relaxed);
-            if let Some(d) = &inner.deliver {
-              d.deliver(Delivery::Progress);
-            }
-          }
+          progress(shared, inner, last_progress);
+          return true;
         }
-        None => shared.forward(&mut inner, HandOff::Batch { seq, payload }),
+        None => shared.forward(inner, HandOff::Batch { seq, payload }),
       },
-      Route::Hold => inner.gate.hold(seq, payload),
-      Route::Forward => shared.forward(&mut inner, HandOff::Batch { seq, payload }),
+      Route::Hold => {
+        inner.gate.hold(seq, payload);
+        inner.held_at.push_back((seq, read_at));
+      }
+      Route::Forward => shared.forward(inner, HandOff::Batch { seq, payload }),
     }
   }
+  false
 }
 
 fn now_ms() -> u64 {
@@ -433,7 +582,10 @@ fn now_ms() -> u64 {
     .unwrap_or(0)
 }
 
-async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> io::Result<(u8, Vec<u8>)> {
+pub(crate) async fn read_frame<R: AsyncRead + Unpin>(
+  r: &mut R,
+  max: usize,
+) -> io::Result<(u8, Vec<u8>)> {
   let flags = r.read_u8().await?;
   let len = if flags & zmtp::LONG != 0 {
     r.read_u64().await?

@@ -138,6 +138,36 @@ pub fn peer_socket_type(body: &[u8]) -> Result<String, ZmtpError> {
   err("READY without a Socket-Type")
 }
 
+/// A frame at the start of `buf`: its flags, its body and the bytes it takes; `None` if it is
+/// not whole there (or larger than `max`).
+fn buffered_frame(buf: &[u8], max: usize) -> Option<(u8, &[u8], usize)> {
+  let flags = *buf.first()?;
+  let (len, head) = if flags & LONG != 0 {
+    (u64::from_be_bytes(buf.get(1..9)?.try_into().ok()?), 9)
+  } else {
+    (*buf.get(1)? as u64, 2)
+  };
+  if len > max as u64 {
+    return None;
+  }
+  let end = head + len as usize;
+  Some((flags, buf.get(head..end)?, end))
+}
+
+/// A live message `[topic, 8-byte seq, payload]` whole at the start of `buf`: the bytes it takes,
+/// its seq and payload. `None` for anything else (not whole yet, a command, another shape): the
+/// reader then takes it the usual way.
+pub fn buffered_message(buf: &[u8], max: usize) -> Option<(usize, u64, &[u8])> {
+  let (f1, _, a) = buffered_frame(buf, max)?;
+  let (f2, seq, b) = buffered_frame(&buf[a..], max)?;
+  let (f3, payload, c) = buffered_frame(&buf[a + b..], max)?;
+  let msg = |f: u8, more: bool| f & COMMAND == 0 && (f & MORE != 0) == more;
+  if !(msg(f1, true) && msg(f2, true) && msg(f3, false)) || seq.len() != 8 {
+    return None;
+  }
+  Some((a + b + c, u64::from_be_bytes(seq.try_into().ok()?), payload))
+}
+
 #[cfg(test)]
 mod tests {
   use super::*;
@@ -169,6 +199,34 @@ mod tests {
     body.push(6);
     body.extend_from_slice(b"denied");
     assert!(peer_socket_type(&body).unwrap_err().0.contains("denied"));
+  }
+
+  #[test]
+  fn finds_whole_messages_in_a_buffer() {
+    let mut buf = Vec::new();
+    for (flags, body) in [
+      (MORE, &b"kv"[..]),
+      (MORE, &7u64.to_be_bytes()[..]),
+      (0, &[9u8; 300][..]),
+    ] {
+      frame_header(flags, body.len(), &mut buf);
+      buf.extend_from_slice(body);
+    }
+    let whole = buf.len();
+    buf.extend_from_slice(&[MORE, 2]);
+    let (used, seq, payload) = buffered_message(&buf, 1 << 20).unwrap();
+    assert_eq!((used, seq, payload), (whole, 7, &[9u8; 300][..]));
+    // Cut anywhere, it is not whole.
+    for cut in 0..whole {
+      assert_eq!(buffered_message(&buf[..cut], 1 << 20), None);
+    }
+    // Over the bound, or a two-frame message: not taken here.
+    assert_eq!(buffered_message(&buf, 100), None);
+    let mut two = Vec::new();
+    frame_header(MORE, 0, &mut two);
+    frame_header(0, 8, &mut two);
+    two.extend_from_slice(&[0; 8]);
+    assert_eq!(buffered_message(&two, 1 << 20), None);
   }
 
   #[test]

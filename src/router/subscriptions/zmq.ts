@@ -2,9 +2,9 @@ import type { Dialect } from '../../codec.js';
 import { invalidArg, KvPlaneError } from '../../errors.js';
 import type { KvEvent } from '../../events.js';
 import type { FollowerCounters } from '../../sources/engine/follower.js';
+import { NativeZmqFeed } from '../../sources/engine/native_feed.js';
 import { EngineZmqSource } from '../../sources/engine/zmq_source.js';
 import type { RelaySink } from '../../sources/source.js';
-import { NativeZmqFeed } from './native_zmq.js';
 import {
   appliedSoTrimLater,
   emptyRecoveries,

@@ -25,6 +25,11 @@ export class RelayLatency {
     this.#ring[this.#n++ % this.#ring.length] = performance.now() - receivedAt;
   }
 
+  /** Batches relayed elsewhere (a native link), each `ms` in the relay. */
+  addTimes(ms: Float64Array): void {
+    for (const t of ms) this.#ring[this.#n++ % this.#ring.length] = t;
+  }
+
   summary(): LatencySummary {
     const count = Math.min(this.#n, this.#ring.length);
     const sorted = this.#ring.slice(0, count).sort();

@@ -6,7 +6,8 @@ import { endpointForRank, zmqAddress } from '../../transports/zmq/config.js';
 import { END_OF_REPLAY, seqFrame } from '../../transports/zmq/writer.js';
 import { type EventSink, type EventSource, type RelaySink, relaySink, type SourceHealth } from '../source.js';
 import { type EngineBatch, type FollowerCounters, type FollowStep, RankFollower } from './follower.js';
-import { RelayLatency } from './latency.js';
+import { type LatencySummary, RelayLatency } from './latency.js';
+import { NativeZmqFeed } from './native_feed.js';
 
 /**
  * A vLLM, SGLang or TensorRT-LLM engine's ZMQ KV-event publisher, as `kvplane serve --engine
@@ -58,10 +59,18 @@ export interface EngineZmqOptions {
    */
   reconnectMaxMs?: number;
   /**
-   * The live socket for each rank's publisher endpoint; `null` (or absent) for zeromq.js's
-   * Subscriber. A router passes a native link here (`src/router/subscriptions/native_zmq.ts`).
+   * The live socket for each rank's publisher endpoint; `null` (or absent) for the default: a
+   * native link relaying into the sink when it can (`native`), else zeromq.js's Subscriber. A
+   * router passes its own native link here (`src/router/subscriptions/zmq.ts`).
    */
   liveFeed?: (endpoint: string) => LiveFeed | null;
+  /**
+   * Read each rank's live socket on the native link thread (crates/kvplane-zmq) and relay there
+   * what arrives in order, when the sink is a stream or publisher and the endpoint is tcp or ipc;
+   * the rest (joining, gaps, restarts) comes to the follower here. Default true; false reads it
+   * with zeromq.js and relays every batch on the JS thread.
+   */
+  native?: boolean;
   /** How long a replay fetch may go without an answer before the rank is cleared. Default 5 s. */
   replayTimeoutMs?: number;
   /** Bad input from the engine (counted and skipped) and ranks cleared, for the node's log. */
@@ -93,12 +102,49 @@ export interface LiveFeed {
    * itself, in order, until it reports something (`appliedElsewhere` first).
    */
   reopen?(next: bigint): void;
+  /** Each batch the feed applied itself since last asked: its time in the relay (ms). */
+  takeLatencies?(): Float64Array;
+  /** What the feed applied itself since it last reported (`appliedElsewhere`), without taking it. */
+  stint?(): { lastSeq: bigint | null; batches: number };
   /**
    * Takes over from the feed without it reporting anything (the relay could not apply a batch
    * it was handed after `reopen`): nothing more is applied by the feed until `reopen`. What it
    * applied since it last reported.
    */
   shut?(): { lastSeq: bigint | null; batches: number };
+}
+
+/** A native link relaying `endpoint` into the sink, or `null` (zeromq.js) where there is none. */
+function nativeFeed(
+  sink: RelaySink,
+  endpoint: string,
+  relayRank: number | null,
+  o: EngineZmqOptions,
+  coalesceBytes: number,
+): LiveFeed | null {
+  if (o.native === false || sink.followZmq === undefined) return null;
+  const follow = sink.followZmq.bind(sink);
+  try {
+    return new NativeZmqFeed(
+      (onDelivery) =>
+        follow(
+          {
+            endpoint,
+            topic: o.topic ?? '',
+            dpRank: relayRank ?? undefined,
+            dialect: o.engine,
+            reconnectMaxMs: o.reconnectMaxMs,
+            maxUnread: o.receiveHwm ?? 10_000,
+            coalesceBytes,
+          },
+          onDelivery,
+        ),
+      () => {},
+    );
+  } catch (err) {
+    if (err instanceof KvPlaneError && err.code === 'ERR_INVALID_ARG') return null;
+    throw err;
+  }
 }
 
 /** The live socket as zeromq.js's Subscriber. */
@@ -168,6 +214,8 @@ class ZmqjsFeed implements LiveFeed {
 export interface RankStats extends FollowerCounters {
   rank: number;
   endpoint: string;
+  /** What reads the live socket: a native link relaying in order on its own thread, or zeromq.js. */
+  feed: 'native' | 'zeromq.js';
   connected: boolean;
   /** The last engine seq applied, or `null`. */
   lastEngineSeq: bigint | null;
@@ -239,7 +287,10 @@ class RankLink {
       resync: source.options.resync !== undefined,
       onCount: (what) => source.options.onCount?.(this.rank, what),
     });
-    this.#feed = source.options.liveFeed?.(endpoint) ?? new ZmqjsFeed(endpoint, source.options);
+    this.#feed =
+      source.options.liveFeed?.(endpoint) ??
+      nativeFeed(sink, endpoint, relayRank, source.options, source.coalesceBytes) ??
+      new ZmqjsFeed(endpoint, source.options);
     this.#coalesceBytes = source.coalesceBytes;
   }
 
@@ -270,6 +321,21 @@ class RankLink {
       appliedElsewhere: (lastSeq, batches) => this.follower.appliedElsewhere(lastSeq, batches),
     });
     if (this.#source.options.fetchOnJoin) this.#run(this.follower.join());
+  }
+
+  /** `native` (relayed on the link thread) or `zeromq.js`. */
+  get feedKind(): 'native' | 'zeromq.js' {
+    return this.#feed instanceof ZmqjsFeed ? 'zeromq.js' : 'native';
+  }
+
+  /** The times of the batches the feed relayed itself since last asked, or `null`. */
+  feedLatencies(): Float64Array | null {
+    return this.#feed.takeLatencies?.() ?? null;
+  }
+
+  /** What the feed applied itself and has not reported yet. */
+  feedStint(): { lastSeq: bigint | null; batches: number } {
+    return this.#feed.stint?.() ?? { lastSeq: null, batches: 0 };
   }
 
   /**
@@ -493,20 +559,35 @@ export class EngineZmqSource implements EventSource {
 
   /** Per rank: connection, last engine seq, and what was filled, cleared and skipped. */
   ranks(): RankStats[] {
-    return this.#links.map((l) => ({
-      rank: l.rank,
-      endpoint: l.endpoint,
-      connected: l.connected,
-      lastEngineSeq: l.follower.lastSeq,
-      fetching: l.follower.fetching,
-      malformed: l.malformed,
-      undecodable: l.undecodable,
-      ...l.follower.counters,
-    }));
+    return this.#links.map((l) => {
+      // What a native link applied since it last reported counts as applied.
+      const stint = l.feedStint();
+      return {
+        rank: l.rank,
+        endpoint: l.endpoint,
+        feed: l.feedKind,
+        connected: l.connected,
+        lastEngineSeq: stint.lastSeq ?? l.follower.lastSeq,
+        fetching: l.follower.fetching,
+        malformed: l.malformed,
+        undecodable: l.undecodable,
+        ...l.follower.counters,
+        applied: l.follower.counters.applied + stint.batches,
+      };
+    });
   }
 
   stats(): Record<string, unknown> {
-    return { ranks: this.ranks(), relayLatencyMs: this.latency.summary() };
+    return { ranks: this.ranks(), relayLatencyMs: this.relayLatency() };
+  }
+
+  /** The relay's own time per live batch, whichever side relayed it (JS, or a native link). */
+  relayLatency(): LatencySummary {
+    for (const l of this.#links) {
+      const t = l.feedLatencies();
+      if (t !== null) this.latency.addTimes(t);
+    }
+    return this.latency.summary();
   }
 
   /** Per DP rank, the engine batches before the relay's record of it that it never saw. */

@@ -3,8 +3,8 @@ import { bindOrThrow, KvPlaneError } from '../../errors.js';
 import { zeromq } from '../../optional.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { curveServerOptions, type ZmqCurveOptions, zapHandler } from './curve.js';
+import { type LiveSocket, NativeLive, ZmqjsLive } from './live.js';
 import { noReplays, type ReplayCounters, ReplayServer } from './replay.js';
-import { SocketWriter, seqFrame } from './writer.js';
 
 export interface ZmqTransportOptions {
   /** Live endpoint, already offset for the DP rank. */
@@ -18,10 +18,12 @@ export interface ZmqTransportOptions {
   hwm: number;
   /** CURVE for both sockets; `null` for plain ZMQ. */
   curve: ZmqCurveOptions | null;
+  /**
+   * Bind the live socket natively (crates/kvplane-zmq) when it binds tcp or ipc without CURVE.
+   * Default true; false uses zeromq.js's Publisher always.
+   */
+  native?: boolean;
 }
-
-/** How long the live socket may go on writing its queue once closed. */
-const CLOSE_LINGER_MS = 1000;
 
 /**
  * vLLM's ZMQ transport (docs/protocol.md#vllm-and-sglang-zmq-stream): sends every batch of the
@@ -29,42 +31,20 @@ const CLOSE_LINGER_MS = 1000;
  * from the log on a ROUTER (docs/protocol.md#zmq-replay).
  */
 export class ZmqTransport {
-  readonly #pub: Publisher;
-  readonly #writer: SocketWriter;
+  readonly #live: LiveSocket;
   readonly #replay: ReplayServer | null;
-  readonly #endpoint: string;
-  readonly #bind: boolean;
   readonly #zapDomain: string | null;
-  #sendFailed = 0;
-  #subscribers = 0;
 
-  private constructor(
-    stream: KvEventStream,
-    pub: Publisher,
-    replay: ReplayServer | null,
-    opts: ZmqTransportOptions,
-    zapDomain: string | null,
-  ) {
-    this.#pub = pub;
+  private constructor(live: LiveSocket, replay: ReplayServer | null, zapDomain: string | null) {
+    this.#live = live;
     this.#zapDomain = zapDomain;
     this.#replay = replay;
-    this.#endpoint = opts.endpoint;
-    this.#bind = opts.bind;
-    this.#writer = new SocketWriter(pub, () => {
-      this.#sendFailed++;
-    });
-    const topic = Buffer.from(opts.topic, 'utf8');
-    stream.consume(stream.logFormat, ({ seqs, payloads }) => {
-      for (let i = 0; i < seqs.length; i++) {
-        this.#writer.push([topic, seqFrame(seqs[i] as bigint), payloads[i] as Buffer]);
-      }
-    });
-    void this.#watch();
   }
 
   /** Opens the sockets; the stream's batches go out from then on. */
   static async create(stream: KvEventStream, opts: ZmqTransportOptions): Promise<ZmqTransport> {
     let zapDomain: string | null = null;
+    let live: LiveSocket | null = null;
     let pub: Publisher | undefined;
     let replay: ReplayServer | null = null;
     try {
@@ -74,10 +54,19 @@ export class ZmqTransport {
         zapDomain = await zapHandler.register(opts.curve.allowedClients ?? null);
         curve = curveServerOptions(opts.curve, zapDomain);
       }
-      pub = new (zeromq().Publisher)({ sendHighWaterMark: opts.hwm, linger: 0, ...curve });
-      const p = pub;
-      if (opts.bind) await bindOrThrow('the ZMQ publisher', opts.endpoint, () => p.bind(opts.endpoint));
-      else pub.connect(opts.endpoint);
+      if (opts.bind && opts.curve === null && opts.native !== false) {
+        const n = await bindOrThrow('the ZMQ publisher', opts.endpoint, async () =>
+          stream.indexer.bindZmqLive(opts.endpoint, opts.topic, opts.hwm),
+        );
+        if (n !== null) live = new NativeLive(n);
+      }
+      if (live === null) {
+        pub = new (zeromq().Publisher)({ sendHighWaterMark: opts.hwm, linger: 0, ...curve });
+        const p = pub;
+        if (opts.bind) await bindOrThrow('the ZMQ publisher', opts.endpoint, () => p.bind(opts.endpoint));
+        else pub.connect(opts.endpoint);
+        live = new ZmqjsLive(stream, pub, opts.endpoint, opts.bind, opts.topic);
+      }
       if (opts.replay !== null) {
         replay = await ReplayServer.create({
           endpoint: opts.replay.endpoint,
@@ -90,9 +79,10 @@ export class ZmqTransport {
           curve,
         });
       }
-      return new ZmqTransport(stream, pub, replay, opts, zapDomain);
+      return new ZmqTransport(live, replay, zapDomain);
     } catch (err) {
-      pub?.close();
+      if (live !== null) await live.close();
+      else pub?.close();
       await replay?.close();
       if (zapDomain !== null) zapHandler.unregister(zapDomain);
       if (err instanceof KvPlaneError) throw err;
@@ -104,7 +94,7 @@ export class ZmqTransport {
 
   /** The live endpoint (as bound, with the port the OS chose for `:*`). */
   get endpoint(): string {
-    return this.#bind ? (this.#pub.lastEndpoint ?? this.#endpoint) : this.#endpoint;
+    return this.#live.endpoint;
   }
 
   /** The replay endpoint, or `null` without replay. */
@@ -114,12 +104,17 @@ export class ZmqTransport {
 
   /** Peers connected to the live socket. */
   get subscribers(): number {
-    return this.#subscribers;
+    return this.#live.subscribers;
   }
 
   /** Live sends that failed (each one a lost batch for the peers). */
   get sendFailed(): number {
-    return this.#sendFailed;
+    return this.#live.sendFailed;
+  }
+
+  /** Live batches a subscriber lost because its queue was full (the native socket counts them). */
+  get dropped(): number {
+    return this.#live.dropped;
   }
 
   get replayCounters(): ReplayCounters & { sessions: number } {
@@ -129,7 +124,7 @@ export class ZmqTransport {
 
   /** Resolves once every batch handed to the socket is sent. */
   flushed(): Promise<void> {
-    return this.#writer.flushed();
+    return this.#live.flushed();
   }
 
   /** CURVE clients refused by the allow-list (0 without CURVE). */
@@ -137,28 +132,11 @@ export class ZmqTransport {
     return this.#zapDomain === null ? 0 : zapHandler.refused(this.#zapDomain);
   }
 
-  /**
-   * Sends what the stream handed over (it has drained by now), then closes the sockets. The live
-   * socket runs with linger 0 (a slow subscriber never holds anything up); at close it gets
-   * `CLOSE_LINGER_MS` to write what it still queues, which it would otherwise drop.
-   */
+  /** Sends what the stream handed over (it has drained by now), then closes the sockets. */
   async close(): Promise<void> {
-    await this.#writer.flushed();
+    await this.#live.flushed();
     await this.#replay?.close();
-    this.#pub.linger = CLOSE_LINGER_MS;
-    this.#pub.close();
+    await this.#live.close();
     if (this.#zapDomain !== null) zapHandler.unregister(this.#zapDomain);
-  }
-
-  async #watch(): Promise<void> {
-    try {
-      for await (const ev of this.#pub.events) {
-        if (ev.type === 'accept' || ev.type === 'connect') this.#subscribers++;
-        else if (ev.type === 'disconnect') this.#subscribers = Math.max(0, this.#subscribers - 1);
-        else if (ev.type === 'end') break;
-      }
-    } catch {
-      // The socket closed.
-    }
   }
 }

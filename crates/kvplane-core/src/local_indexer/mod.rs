@@ -4,6 +4,7 @@
 //! (events, columns and the publish queue), `recover` (replay, cursors, recovery answers).
 
 mod apply;
+mod outbound;
 mod publish;
 mod recover;
 
@@ -11,6 +12,7 @@ mod recover;
 mod tests;
 
 pub use apply::{IdBreak, RelayedIds};
+pub use outbound::LiveTap;
 
 use crate::codec::Format;
 use crate::error::{KvError, KvResult};
@@ -99,6 +101,8 @@ pub struct LocalIndexer {
   stream: Stream,
   query_hash: HashOptions,
   worker_id: u64,
+  live: Option<Box<dyn LiveTap>>,
+  deferred: Drained,
 }
 
 impl LocalIndexer {
@@ -109,6 +113,8 @@ impl LocalIndexer {
       stream: Stream::new(cfg.stream)?,
       query_hash: cfg.query_hash,
       worker_id: cfg.worker_id,
+      live: None,
+      deferred: Drained::default(),
     })
   }
 
@@ -167,6 +173,7 @@ impl LocalIndexer {
   /// Appends an applied batch's encodings as the next seq and reports it.
   fn append(&mut self, encodings: Encodings, errors: Vec<KvError>) -> ApplyReport {
     let seq = self.stream.append(&encodings);
+    self.tap(seq, encodings.logged());
     ApplyReport {
       seq,
       errors,

@@ -638,3 +638,43 @@ fn relays_waiting_engine_batches_as_one_under_the_first_timestamp() {
     .unwrap();
   assert_eq!((out.events, out.batches.len()), (3, 2));
 }
+
+#[test]
+fn the_live_tap_sees_every_logged_batch_in_seq_order_and_deferred_batches_come_first() {
+  use std::sync::{Arc, Mutex};
+  type Logged = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+  struct Tap(Logged);
+  impl LiveTap for Tap {
+    fn logged(&mut self, seq: u64, payload: &crate::stream::log::Payload) {
+      self.0.lock().unwrap().push((seq, payload.to_vec()));
+    }
+  }
+  let seen = Arc::new(Mutex::new(Vec::new()));
+  let mut ix = indexer(100);
+  let first = ix.apply_batch(batch(vec![stored(&[1], None)])).unwrap().seq;
+  ix.set_live_tap(Some(Box::new(Tap(seen.clone()))));
+  let p = codec::encode(&batch(vec![stored(&[2], Some(1))]), codec::Format::Vllm);
+  // Published off the owner's thread: kept for it.
+  let linked = ix.relay_encoded(&p, Dialect::Vllm, Some(0)).unwrap();
+  ix.defer(linked);
+  // The owner's next call reports the deferred batch before its own.
+  let own = ix.clear_rank(Some(0), 2.0).unwrap();
+  let out = ix.after_deferred(own);
+  let seqs: Vec<u64> = out.batches.iter().map(|b| b.seq).collect();
+  assert_eq!(seqs, vec![first + 1, first + 2]);
+  assert_eq!(out.events, 2);
+  assert_eq!(ix.take_deferred().batches.len(), 0);
+  // The tap saw both as logged, in order, byte for byte.
+  let tapped = seen.lock().unwrap().clone();
+  assert_eq!(
+    tapped,
+    out
+      .batches
+      .iter()
+      .map(|b| (b.seq, b.encodings.logged().to_vec()))
+      .collect::<Vec<_>>()
+  );
+  ix.set_live_tap(None);
+  ix.apply_batch(batch(vec![stored(&[3], Some(2))])).unwrap();
+  assert_eq!(seen.lock().unwrap().len(), 2);
+}

@@ -1,5 +1,5 @@
 import type * as Native from '../../../index.js';
-import type { LiveFeed, LiveHandlers } from '../../sources/engine/zmq_source.js';
+import type { LiveFeed, LiveHandlers } from './zmq_source.js';
 
 export type NativeZmqLink = Native.NativeZmqLink;
 export type ZmqDelivery = Native.ZmqDeliveryOut;
@@ -50,6 +50,15 @@ export class NativeZmqFeed implements LiveFeed {
   shut(): { lastSeq: bigint | null; batches: number } {
     const s = this.#link.shut();
     return { lastSeq: s.lastSeq ?? null, batches: s.batches };
+  }
+
+  stint(): { lastSeq: bigint | null; batches: number } {
+    const s = this.#link.stats();
+    return { lastSeq: s.stintLastSeq ?? null, batches: s.stintBatches };
+  }
+
+  takeLatencies(): Float64Array {
+    return this.#link.takeLatencies();
   }
 
   stats(): ZmqLinkStats {
