@@ -42,8 +42,11 @@ export declare class NativeLocalIndexer {
    * there.
    */
   followZmq(opts: EngineLinkOptions, onDelivery: (d: ZmqDeliveryOut) => void, onPublished: () => void): NativeZmqLink
-  /** The batches published on link threads since last taken, in seq order. */
-  takeDeferred(): PublishedOut
+  /**
+   * The batches published on link threads since last taken, in seq order, with the encodings
+   * in `formats` only (what JS consumes). Never waits for a batch being relayed.
+   */
+  takeDeferred(formats: Array<string>): PublishedOut
   /**
    * Binds a native PUB for the live stream: every batch logged from now on is sent there as
    * `[topic, seq, payload]`. `null` for an endpoint it does not bind (then zeromq.js does).

@@ -19,7 +19,10 @@
 // bench/zmq_proxy.py) are relays that do nothing: the floors of a Node relay and of any relay. `--half-rate N`
 // (events/s) sets the latency step's rate for all three instead.
 //
-//   node bench/relay.mjs [--seconds 10] [--events 32] [--only direct|kvplane|python|forward|proxy] [--half-rate N]
+// `kvplane_js` is kvplane with `--native-zmq false`: the engine read by zeromq.js and every batch
+// relayed and sent from the JS thread, as before the native path; measured at its own half rate.
+//
+//   node bench/relay.mjs [--seconds 10] [--events 32] [--only KIND,KIND...: direct kvplane kvplane_js python forward proxy] [--half-rate N]
 //                        [--coalesce-bytes N] [--no-grpc] [--spin]
 import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
@@ -31,7 +34,7 @@ import { encodeBatch } from '../dist/index.mjs';
 const args = process.argv.slice(2);
 const flag = (name, dflt) => (args.includes(name) ? args[args.indexOf(name) + 1] : dflt);
 const seconds = Number(flag('--seconds', '10'));
-const only = flag('--only', null);
+const only = flag('--only', null)?.split(',') ?? null;
 const halfRateFlag = flag('--half-rate', null);
 const halfRate = halfRateFlag === null ? null : Number(halfRateFlag);
 /** The closed loop waits for the relay by spinning on setImmediate (see the wait below). */
@@ -121,7 +124,7 @@ async function startRelay(kind, engineEndpoint) {
       },
     };
   }
-  if (kind === 'kvplane') {
+  if (kind === 'kvplane' || kind === 'kvplane_js') {
     const grpcPort = await freePort();
     const httpPort = await freePort();
     const proc = spawn(process.execPath, [
@@ -148,6 +151,8 @@ async function startRelay(kind, engineEndpoint) {
       '--status-interval',
       '60',
       ...(coalesce === null ? [] : ['--engine-coalesce-bytes', coalesce]),
+      // kvplane_js: the relay as it was before its native path, every batch through the JS thread.
+      ...(kind === 'kvplane_js' ? ['--native-zmq', 'false'] : []),
     ]);
     proc.stderr.pipe(process.stderr);
     // e.g. KVPLANE_BENCH_RELAY_LOG=/tmp/relay.log with --trace-gc: the relay's stdout, kept
@@ -167,8 +172,7 @@ async function startRelay(kind, engineEndpoint) {
       /** The relay's own time per engine batch over its last 8,192 (read off the socket to handed to its outputs). */
       async internal() {
         const health = await (await fetch(`http://127.0.0.1:${httpPort}/healthz`)).json();
-        if (process.env.KVPLANE_BENCH_DEBUG) console.error(JSON.stringify(health.sources[0].stats.ranks[0]));
-        return health.sources[0].stats.relayLatencyMs;
+        return { ...health.sources[0].stats.relayLatencyMs, feed: health.sources[0].stats.ranks[0].feed };
       },
       async stop() {
         grpc?.kill();
@@ -303,14 +307,19 @@ async function measure(kind, batches, halfRate) {
     latency_ms_p50: +pct(sorted, 50).toFixed(3),
     latency_ms_p99: +pct(sorted, 99).toFixed(3),
     lost_at_half_rate: lost,
-    ...(internal && { relay_own_ms_p50: internal.p50, relay_own_ms_p99: internal.p99, relay_own_ms_max: internal.max }),
+    ...(internal && {
+      relay_own_ms_p50: internal.p50,
+      relay_own_ms_p99: internal.p99,
+      relay_own_ms_max: internal.max,
+      feed: internal.feed,
+    }),
   };
 }
 
 const batches = workload();
 const results = {};
-for (const kind of ['python', 'kvplane', 'direct', 'forward', 'proxy']) {
-  if (only && only !== kind) continue;
+for (const kind of ['python', 'kvplane', 'direct', 'forward', 'proxy', 'kvplane_js']) {
+  if (only && !only.includes(kind)) continue;
   const rate =
     halfRate ??
     (['direct', 'forward', 'proxy'].includes(kind) && results.kvplane ? results.kvplane.top_events_per_sec / 2 : null);
@@ -327,6 +336,13 @@ if (direct && kv) {
   // Added latency: through the relay minus engine straight to the subscriber, at the same rate.
   const added = +(kv.latency_ms_p99 - direct.latency_ms_p99).toFixed(3);
   console.log(`kvplane added p99: ${added} ms (target <= 1) ${added <= 1 ? 'ok' : 'MISSED'}`);
+}
+if (py && results.kvplane_js) {
+  const js = results.kvplane_js;
+  console.log(
+    `kvplane_js (--native-zmq false) / python events/s: ${(js.top_events_per_sec / py.top_events_per_sec).toFixed(1)}x; ` +
+      `its p99 at its own half rate (${js.half_rate_events_per_sec} events/s): ${js.latency_ms_p99} ms`,
+  );
 }
 for (const floor of ['forward', 'proxy']) {
   if (direct && results[floor])

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A real pyzmq peer of kvplane's ZMQ stream, decoding with msgspec and vLLM's struct definitions.
 
-  zmq_peer.py sub ENDPOINT BATCHES      subscribe, print "ready", then one JSON line per batch:
+  zmq_peer.py sub ENDPOINT BATCHES [PREFIX]
+                                        subscribe (to PREFIX, default everything), print "ready",
+                                        then one JSON line per batch:
                                         {"seq": "...", "topic": "...", "batch": <normalized>}
   zmq_peer.py replay ENDPOINT START dealer|req [topic|notopic]
                                         ask the replay ROUTER for batches from START and print one
@@ -62,12 +64,12 @@ def certs(directory: str) -> None:
     emit({"server_public": zmq.auth.load_certificate(os.path.join(directory, "server.key"))[0].decode()})
 
 
-def sub(endpoint: str, batches: int) -> None:
+def sub(endpoint: str, batches: int, prefix: str = "") -> None:
     ctx = zmq.Context()
     s = socket(ctx, zmq.SUB)
     s.setsockopt(zmq.RCVHWM, 0)
     s.connect(endpoint)
-    s.setsockopt(zmq.SUBSCRIBE, b"")
+    s.setsockopt(zmq.SUBSCRIBE, prefix.encode())
     time.sleep(0.2)
     emit("ready")
     for _ in range(batches):
@@ -104,6 +106,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "certs":
         certs(sys.argv[2])
     elif sys.argv[1] == "sub":
-        sub(sys.argv[2], int(sys.argv[3]))
+        sub(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "")
     else:
         replay(sys.argv[2], int(sys.argv[3]), sys.argv[4], len(sys.argv) < 6 or sys.argv[5] == "topic")

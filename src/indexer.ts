@@ -388,9 +388,9 @@ export class LocalIndexer {
     return callNative(() => this.#native.followZmq(opts, onDelivery, onPublished));
   }
 
-  /** The batches published on link threads since last taken, in seq order. @internal */
-  takeDeferred(): Native.PublishedOut {
-    return callNative(() => this.#native.takeDeferred());
+  /** The batches published on link threads since last taken, in seq order, encoded in `formats` only. @internal */
+  takeDeferred(formats: readonly EncodeFormat[]): Native.PublishedOut {
+    return callNative(() => this.#native.takeDeferred([...formats]));
   }
 
   /**

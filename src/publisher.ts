@@ -34,6 +34,11 @@ export interface KvEventPublisherOptions extends KvEventsConfig {
   format?: ZmqFormat;
   /** Replay replies carry the topic frame (vLLM ≥ 0.26, TensorRT-LLM). Default `true`; older vLLM and SGLang omit it. */
   replayTopicFrame?: boolean;
+  /**
+   * Bind the live socket natively (crates/kvplane-zmq: each batch sent as it is logged, off the JS
+   * thread) when it binds tcp or ipc without CURVE. Default true; false: zeromq.js always.
+   */
+  nativeZmq?: boolean;
   /** How long a replay reply may wait on a full peer before that replay is abandoned. Default 30 s. */
   replaySendTimeoutMs?: number;
   /**
@@ -85,6 +90,11 @@ export interface PublisherStats {
   failClosed: Array<{ dpRank: number; message: string }>;
   /** CURVE clients refused by `curve.allowedClients` (0 without CURVE). */
   authRefused: number;
+  /**
+   * Live batches a ZMQ subscriber lost because its queue (`hwm`) was full, summed over
+   * subscribers (the native socket counts them; zeromq.js's drops uncounted).
+   */
+  zmqLiveDropped: number;
 }
 
 /**
@@ -151,6 +161,7 @@ export class KvEventPublisher {
         topic: o.topic,
         hwm: o.hwm,
         curve: options.curve ?? null,
+        native: options.nativeZmq,
       });
       // The opening clear is published before the publisher is handed out: its queue starts empty.
       await stream.flush();
@@ -290,6 +301,7 @@ export class KvEventPublisher {
       replay: this.#zmq.replayCounters,
       failClosed: [...this.stream.failClosed],
       authRefused: this.#zmq.authRefused,
+      zmqLiveDropped: this.#zmq.dropped,
     };
   }
 

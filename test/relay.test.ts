@@ -1,8 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Publisher } from 'zeromq';
-import { encodeBatch, KvEventPublisher } from '../src/index.js';
+import { Publisher, Subscriber } from 'zeromq';
+import { decodeBatch, encodeBatch, KvEventPublisher } from '../src/index.js';
 import { relayed, serveNode, sleep, storedBlock as stored } from './fixtures.js';
 
 const cleanup: Array<() => unknown> = [];
@@ -91,7 +91,12 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
       sources: Array<{ state: string; stats: { ranks: Array<Record<string, unknown>> } }>;
     };
     expect(health.sources[0]?.state).toBe('ok');
-    expect(health.sources[0]?.stats.ranks[0]).toMatchObject({ unrecoverable: 1, cleared: 1, lastEngineSeq: 9 });
+    expect(health.sources[0]?.stats.ranks[0]).toMatchObject({
+      unrecoverable: 1,
+      cleared: 1,
+      lastEngineSeq: 9,
+      feed: 'native',
+    });
 
     // The engine restarts: a new incarnation numbering from 0 again, without the old blocks.
     const url = new URL(engine.endpoint.replace('tcp://', 'http://'));
@@ -128,6 +133,39 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     const after = (await (await fetch(`${http}/healthz`)).json()) as typeof health;
     expect(after.sources[0]?.stats.ranks[0]).toMatchObject({ restarts: 1 });
   }, 60_000);
+
+  it('relays the same through zeromq.js and the JS thread with --native-zmq false', async () => {
+    const engine = await enginePublisher();
+    engine.publish([stored(1, null), stored(2, 1)]);
+    await engine.flush();
+    const { http, node } = await relayNode(vllmArgs(engine, '--native-zmq', 'false'));
+    for (let i = 3; i <= 6; i++) {
+      engine.publish([stored(i, i - 1)]);
+      await engine.flush();
+      await sleep(10);
+    }
+    let blocks: number[] = [];
+    for (let i = 0; i < 100 && blocks.length < 6; i++) {
+      await sleep(100);
+      blocks = await dumpedBlocks(http);
+    }
+    expect(blocks).toEqual([1, 2, 3, 4, 5, 6]);
+    const health = (await (await fetch(`${http}/healthz`)).json()) as {
+      sources: Array<{ stats: { ranks: Array<Record<string, unknown>> } }>;
+    };
+    expect(health.sources[0]?.stats.ranks[0]).toMatchObject({ feed: 'zeromq.js', lastEngineSeq: 5 });
+    // Its own ZMQ output is zeromq.js's too: the relay's batches reach a subscriber there.
+    const sub = new Subscriber();
+    cleanup.push(() => sub.close());
+    sub.connect(node.serving.endpoint as string);
+    sub.subscribe();
+    await sleep(300);
+    engine.publish([stored(7, 6)]);
+    await engine.flush();
+    const [, , payload] = (await sub.receive()) as Buffer[];
+    const ev = decodeBatch(payload as Buffer, 'vllm').events[0];
+    expect(ev?.type === 'stored' && Array.from(ev.blockHashes)).toEqual([7n]);
+  }, 30_000);
 
   it('counts and skips bad input from an engine and keeps relaying', async () => {
     const engine = await rawEngine();

@@ -29,6 +29,8 @@ export interface EngineSettings {
   receiveHwm?: number;
   /** Payload bytes of engine batches waiting together on a rank relayed as one, at most. */
   coalesceBytes?: number;
+  /** Relay each rank on a native link (default true; `EngineZmqOptions.native`). */
+  native?: boolean;
 }
 
 function engineZmq(engine: 'vllm' | 'sglang' | 'trtllm', s: SourceSettings): EngineZmqSource {

@@ -210,7 +210,8 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
    */
   #takeDeferred(afterDrain = false): void {
     if (this.#links === 0 || this.#closed || (this.#drain.busy && !afterDrain)) return;
-    this.#published(this.indexer.takeDeferred());
+    // Only what a consumer here takes is copied out (a native PUB sent the logged bytes already).
+    this.#published(this.indexer.takeDeferred([...new Set(this.#consumers.map((c) => c.format))]));
   }
 
   /**

@@ -6,7 +6,7 @@
 
 use crate::error::{guard_js, Code};
 use crate::local_indexer::NativeLocalIndexer;
-use crate::outputs::{published_out, PublishedOut};
+use crate::outputs::{published_out_in, PublishedOut};
 use crate::tasks::{with, Shared};
 use crate::zmq_link::{link_endpoint, open_link, NativeZmqLink, ZmqDeliveryOut};
 use kvplane_core::codec::Dialect;
@@ -176,14 +176,11 @@ impl NativeLocalIndexer {
     open_link(lo, apply, on_delivery)
   }
 
-  /// The batches published on link threads since last taken, in seq order.
+  /// The batches published on link threads since last taken, in seq order, with the encodings
+  /// in `formats` only (what JS consumes). Never waits for a batch being relayed.
   #[napi]
-  pub fn take_deferred(&self) -> Result<PublishedOut, Code> {
-    guard_js(|| {
-      Ok(published_out(with(&self.shared(), |ix| {
-        Ok(ix.take_deferred())
-      })?))
-    })
+  pub fn take_deferred(&self, formats: Vec<String>) -> PublishedOut {
+    published_out_in(self.outbox().take(), Some(&formats))
   }
 
   /// Binds a native PUB for the live stream: every batch logged from now on is sent there as

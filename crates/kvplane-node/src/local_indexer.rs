@@ -18,7 +18,7 @@ use kvplane_core::codec::{Dialect, Format};
 use kvplane_core::hash::tokens_from_f64;
 use kvplane_core::index::{MatchOptions, WorkerKey};
 use kvplane_core::local_indexer::IdBreak;
-use kvplane_core::local_indexer::{LocalIndexer, LocalIndexerConfig};
+use kvplane_core::local_indexer::{LocalIndexer, LocalIndexerConfig, Outbox};
 use kvplane_core::stream::Cursor;
 use kvplane_core::{ErrorCode, KvError, KvResult};
 use napi::bindgen_prelude::*;
@@ -28,11 +28,17 @@ use std::sync::{Arc, Mutex};
 #[napi]
 pub struct NativeLocalIndexer {
   inner: Shared,
+  /// Batches relayed on link threads, taken without the indexer's lock.
+  outbox: Outbox,
 }
 
 impl NativeLocalIndexer {
   pub(crate) fn shared(&self) -> Shared {
     self.inner.clone()
+  }
+
+  pub(crate) fn outbox(&self) -> &Outbox {
+    &self.outbox
   }
 }
 
@@ -167,6 +173,7 @@ impl NativeLocalIndexer {
   pub fn new(options: NativeIndexerOptions) -> Result<Self, Code> {
     let ix = guard_js(|| LocalIndexer::new(LocalIndexerConfig::try_from(&options)?))?;
     Ok(NativeLocalIndexer {
+      outbox: ix.outbox(),
       inner: Arc::new(Mutex::new(Some(ix))),
     })
   }

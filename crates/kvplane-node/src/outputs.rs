@@ -2,6 +2,7 @@
 //! from the core's reports and answers.
 
 use crate::events::{batch_out, event_out, BatchOut, EventOut};
+use kvplane_core::codec::Format;
 use kvplane_core::event::KvEvent;
 use kvplane_core::index::WorkerDump;
 use kvplane_core::local_indexer::{ApplyReport, Drained};
@@ -188,11 +189,23 @@ fn buffer_of(p: Payload) -> Buffer {
 }
 
 pub fn published_out(d: Drained) -> PublishedOut {
+  published_out_in(d, None)
+}
+
+/// `published_out` with only the encodings in `formats` (by name; `None`: all): the others are
+/// not copied out (a logged payload, shared with the log, is copied into its Buffer).
+pub fn published_out_in(d: Drained, formats: Option<&[String]>) -> PublishedOut {
   let mut encodings: Vec<EncodingOut> = Vec::new();
   let mut errors = Vec::new();
   let seqs = BigUint64Array::new(d.batches.iter().map(|b| b.seq).collect());
+  let wanted = |f: Format| formats.is_none_or(|fs| fs.iter().any(|n| n == f.name()));
   for b in d.batches {
-    for (i, (format, payload)) in b.encodings.into_vec().into_iter().enumerate() {
+    let kept = b
+      .encodings
+      .into_vec()
+      .into_iter()
+      .filter(|(f, _)| wanted(*f));
+    for (i, (format, payload)) in kept.enumerate() {
       if i == encodings.len() {
         encodings.push(EncodingOut {
           format: format.name().to_string(),

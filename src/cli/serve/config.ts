@@ -125,6 +125,7 @@ export function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): 
     engine_url,
     engine_poll_ms,
     engine_coalesce_bytes,
+    native_zmq,
     ...rest
   } = json as Record<string, unknown> & { kv_events_config?: Record<string, unknown> };
   const events = kvEventsConfigFromJson({ ...(kv_events_config ?? {}), ...rest });
@@ -139,6 +140,10 @@ export function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): 
   if (engine_url !== undefined) c.engineSource.url = engine_url as string;
   if (engine_poll_ms !== undefined) c.engineSource.pollMs = engine_poll_ms as number;
   if (engine_coalesce_bytes !== undefined) c.engineSource.coalesceBytes = engine_coalesce_bytes as number;
+  if (native_zmq !== undefined) {
+    if (typeof native_zmq !== 'boolean') bad(`native_zmq is ${JSON.stringify(native_zmq)}: true or false`);
+    c.publisher.nativeZmq = c.engineSource.native = native_zmq;
+  }
   if (data_parallel_rank !== undefined) c.publisher.dataParallelRank = data_parallel_rank as number;
   if (block_size !== undefined) c.sim.blockSize = c.publisher.blockSize = block_size as number;
   if (format !== undefined) c.publisher.format = format as ZmqFormat;

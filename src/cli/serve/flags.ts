@@ -49,6 +49,12 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
     help: 'vllm/sglang/trtllm: engine batches found waiting together on a rank are relayed as one outbound batch of up to this many payload bytes (default 65536; 0: one outbound batch per engine batch)',
     apply: (c, v) => (c.engineSource.coalesceBytes = int('engine-coalesce-bytes', v)),
   },
+  'native-zmq': {
+    help: 'relay the engine and send the live ZMQ stream natively, off the JS thread (default true; false: zeromq.js, every batch through the JS thread)',
+    apply: (c, v) => {
+      c.publisher.nativeZmq = c.engineSource.native = bool('native-zmq', v);
+    },
+  },
   'engine-url': {
     help: "trtllm: trtllm-serve's URL, http://HOST:PORT, whose POST /kv_cache_events is polled (instead of ZMQ)",
     apply: (c, v) => (c.engineSource.url = v),

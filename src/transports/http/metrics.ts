@@ -90,6 +90,11 @@ export function publisherMetrics(
     () => stats().replay.refused,
   );
   counter(
+    'kvplane_zmq_live_dropped_total',
+    'Live ZMQ batches a subscriber lost because its queue (hwm) was full, over all subscribers',
+    () => stats().zmqLiveDropped,
+  );
+  counter(
     'kvplane_zmq_auth_refused_total',
     'ZMQ CURVE clients refused: their key is not among the allowed clients',
     () => stats().authRefused,

@@ -12,7 +12,7 @@ mod recover;
 mod tests;
 
 pub use apply::{IdBreak, RelayedIds};
-pub use outbound::LiveTap;
+pub use outbound::{LiveTap, Outbox};
 
 use crate::codec::Format;
 use crate::error::{KvError, KvResult};
@@ -102,7 +102,7 @@ pub struct LocalIndexer {
   query_hash: HashOptions,
   worker_id: u64,
   live: Option<Box<dyn LiveTap>>,
-  deferred: Drained,
+  deferred: Outbox,
 }
 
 impl LocalIndexer {
@@ -114,7 +114,7 @@ impl LocalIndexer {
       query_hash: cfg.query_hash,
       worker_id: cfg.worker_id,
       live: None,
-      deferred: Drained::default(),
+      deferred: Outbox::default(),
     })
   }
 

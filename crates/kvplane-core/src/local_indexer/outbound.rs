@@ -2,10 +2,28 @@
 //! logged payload, handed over as it is logged, under the indexer's lock, so in seq order
 //! whichever thread publishes (a native ZMQ publisher sends it from there). The deferred batches:
 //! those published by a thread that has no consumer of its own (a native link relaying an
-//! engine), kept until the owner's next call, which reports them first.
+//! engine), kept in the outbox until the owner takes them, or its next call reports them first.
+//! Batches enter the outbox under the indexer's lock, so in seq order; the owner may take them
+//! without that lock (never waiting for a batch being applied).
 
 use super::{Drained, LocalIndexer};
 use crate::stream::log::Payload;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The deferred batches, shared with whoever takes them.
+#[derive(Clone, Default)]
+pub struct Outbox(Arc<Mutex<Drained>>);
+
+impl Outbox {
+  fn lock(&self) -> MutexGuard<'_, Drained> {
+    self.0.lock().unwrap_or_else(|p| p.into_inner())
+  }
+
+  /// The deferred batches, in seq order; none are kept after.
+  pub fn take(&self) -> Drained {
+    std::mem::take(&mut *self.lock())
+  }
+}
 
 /// Takes each batch's logged payload as it is logged.
 pub trait LiveTap: Send {
@@ -35,12 +53,17 @@ impl LocalIndexer {
 
   /// Keeps batches published off the owner's thread until it takes them.
   pub fn defer(&mut self, d: Drained) {
-    self.deferred.extend(d);
+    self.deferred.lock().extend(d);
   }
 
   /// The deferred batches, in seq order; none are kept after.
   pub fn take_deferred(&mut self) -> Drained {
-    std::mem::take(&mut self.deferred)
+    self.deferred.take()
+  }
+
+  /// The outbox, to take the deferred batches from without the indexer's lock.
+  pub fn outbox(&self) -> Outbox {
+    self.deferred.clone()
   }
 
   /// The deferred batches followed by `d`: what a call of the owner reports, so that it sees
