@@ -156,6 +156,7 @@ impl NativeLocalIndexer {
     lo.reconnect_max = Duration::from_millis(opts.reconnect_max_ms.unwrap_or(100) as u64);
     lo.max_unread = opts.max_unread.unwrap_or(10_000) as u64;
     lo.coalesce_bytes = opts.coalesce_bytes.unwrap_or(0) as usize;
+    lo.time_batches = true;
     let queued = Arc::new(AtomicBool::new(false));
     let q = queued.clone();
     let tsfn: PublishedFn = on_published

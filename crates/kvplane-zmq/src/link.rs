@@ -71,6 +71,8 @@ pub struct LinkOptions {
   /// Live batches already read in, in order after one being applied, are applied with it as one
   /// (`Apply::apply_many`) up to this many payload bytes; 0 applies each alone.
   pub coalesce_bytes: usize,
+  /// Keep each applied live batch's time here for `Link::take_latencies` (the last 8,192).
+  pub time_batches: bool,
 }
 
 impl LinkOptions {
@@ -84,6 +86,7 @@ impl LinkOptions {
       max_frame: 256 << 20,
       max_unread: 10_000,
       coalesce_bytes: 0,
+      time_batches: false,
     }
   }
 }
@@ -136,8 +139,9 @@ struct Shared {
   last_applied_ms: AtomicU64,
   dropped: AtomicU64,
   last_error: Mutex<Option<String>>,
-  /// Each applied live batch's time here, read to applied (ms), the last `LATENCY_WINDOW`.
-  latencies: Mutex<VecDeque<f64>>,
+  /// Each applied live batch's time here, read to applied (ms), the last `LATENCY_WINDOW`;
+  /// `None` unless the options ask for it.
+  latencies: Option<Mutex<VecDeque<f64>>>,
 }
 
 /// Live batches' times kept for the follower to take (`Link::take_latencies`), at most.
@@ -150,7 +154,8 @@ impl Shared {
 
   /// `batches` live batches were applied here `t` after they were read.
   fn timed(&self, t: Duration, batches: usize) {
-    let mut l = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(l) = &self.latencies else { return };
+    let mut l = l.lock().unwrap_or_else(|p| p.into_inner());
     for _ in 0..batches {
       if l.len() == LATENCY_WINDOW {
         l.pop_front();
@@ -264,7 +269,7 @@ impl Link {
       last_applied_ms: AtomicU64::new(0),
       dropped: AtomicU64::new(0),
       last_error: Mutex::new(None),
-      latencies: Mutex::new(VecDeque::new()),
+      latencies: opts.time_batches.then(|| Mutex::new(VecDeque::new())),
     });
     let task = runtime::handle().spawn(run(opts, shared.clone()));
     Link { shared, task }
@@ -337,13 +342,12 @@ impl Link {
   }
 
   /// The time each live batch applied here took, from read to applied (ms), since last taken
-  /// (the last 8,192 at most).
+  /// (the last 8,192 at most; none unless `time_batches`).
   pub fn take_latencies(&self) -> Vec<f64> {
-    let mut l = self
-      .shared
-      .latencies
-      .lock()
-      .unwrap_or_else(|p| p.into_inner());
+    let Some(l) = &self.shared.latencies else {
+      return Vec::new();
+    };
+    let mut l = l.lock().unwrap_or_else(|p| p.into_inner());
     l.drain(..).collect()
   }
 
