@@ -164,7 +164,7 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     await engine.flush();
     const [, , payload] = (await sub.receive()) as Buffer[];
     const ev = decodeBatch(payload as Buffer, 'vllm').events[0];
-    expect(ev?.type === 'stored' && Array.from(ev.blockHashes)).toEqual([7n]);
+    expect(ev?.type === 'stored' && Array.from(ev.blockHashes ?? [])).toEqual([7n]);
   }, 30_000);
 
   it('counts and skips bad input from an engine and keeps relaying', async () => {
