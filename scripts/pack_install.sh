@@ -53,7 +53,7 @@ npm init -y >/dev/null
 npm install --no-audit --no-fund --loglevel=error "$root_tgz" "$binding_tgz"
 echo "installed without the optional transports: $(du -sk node_modules | cut -f1) KiB in node_modules"
 
-echo "== hashing and the router index need no transport package"
+echo "== hashing, the router index and a live-only publisher need no transport package"
 node -e '
   const k = require("kvplane");
   for (const peer of ["zeromq", "@grpc/grpc-js"]) {
@@ -63,13 +63,17 @@ node -e '
   const m = index.findMatches([1, 2, 3, 4], { loraName: null, cacheSalt: null });
   if (m.workerIds.length !== 0) throw new Error("an empty index matched");
   index.close();
-  k.KvEventPublisher.create({ endpoint: "tcp://127.0.0.1:*" }).then(
-    () => { throw new Error("a publisher opened without zeromq") },
-    (e) => {
-      if (e.code !== "ERR_MISSING_DEPENDENCY" || !e.message.includes("npm install zeromq")) throw e;
-      console.log("without transports: hashing and RouterIndex ok; the publisher asks for zeromq");
-    },
-  );
+  // The live socket binds natively; the replay ROUTER is zeromq.js.
+  k.KvEventPublisher.create({ endpoint: "tcp://127.0.0.1:*", replayEndpoint: null })
+    .then((live) => live.close())
+    .then(() => k.KvEventPublisher.create({ endpoint: "tcp://127.0.0.1:*", replayEndpoint: "tcp://127.0.0.1:*" }))
+    .then(
+      () => { throw new Error("a publisher with replay opened without zeromq") },
+      (e) => {
+        if (e.code !== "ERR_MISSING_DEPENDENCY" || !e.message.includes("npm install zeromq")) throw e;
+        console.log("without transports: hashing, RouterIndex and a live-only publisher ok; replay asks for zeromq");
+      },
+    );
 '
 peers="$(node -p 'const p = require(process.argv[1]).peerDependencies; Object.entries(p).map(([n, v]) => n + "@" + v).join(" ")' "$stage/package.json")"
 npm install --no-audit --no-fund --loglevel=error $peers
