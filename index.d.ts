@@ -212,6 +212,8 @@ export declare class SnapshotStream {
 export interface ApplyErrorOut {
   code: string
   message: string
+  /** The DP rank of the batch the event was in (none: rank 0's). */
+  dpRank?: number
 }
 
 export interface ApplyReportOut {

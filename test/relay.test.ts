@@ -247,6 +247,40 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     }
   }, 30_000);
 
+  it('a batch relayed on the link thread that fails closed is reported under its own rank', async () => {
+    // TensorRT-LLM's ZMQ payloads name their rank; rank 1's stored event does not fill its block.
+    const payloads = JSON.parse(
+      execFileSync('python3', [
+        '-c',
+        `import json, msgspec
+enc = msgspec.msgpack.Encoder()
+ev = lambda h, n: {"type": "BlockStored", "block_hashes": [h], "parent_block_hash": None,
+                   "token_ids": [7] * n, "block_size": 4, "lora_id": None}
+print(json.dumps([enc.encode([1.0, [ev(100, 4)], 0]).hex(), enc.encode([1.0, [ev(101, 3)], 1]).hex()]))`,
+      ]).toString(),
+    ).map((h: string) => Buffer.from(h, 'hex'));
+    const engine = await rawEngine();
+    const { http } = await relayNode([
+      '--engine',
+      'trtllm',
+      '--engine-endpoint',
+      engine.lastEndpoint as string,
+      '--engine-dp-size',
+      '2',
+    ]);
+    await engine.send([Buffer.alloc(0), seq(0), payloads[0] as Buffer]);
+    // The first batch joins the rank on the JS side; the next ones go through the native link.
+    await sleep(300);
+    await engine.send([Buffer.alloc(0), seq(1), payloads[1] as Buffer]);
+    let h: { status?: string; fail_closed?: Array<{ dp_rank: number; reason: string }> } = {};
+    for (let i = 0; i < 50 && h.status !== 'fail_closed'; i++) {
+      await sleep(100);
+      h = (await (await fetch(`${http}/healthz`)).json()) as typeof h;
+    }
+    expect(h.fail_closed?.map((f) => f.dp_rank)).toEqual([1]);
+    expect(h.fail_closed?.[0]?.reason).toContain('Unsupported BlockStored layout');
+  }, 30_000);
+
   it('relays TensorRT-LLM ZMQ batches under their attention-DP ranks, and a gap clears every rank', async () => {
     // TensorRT-LLM's ZMQ payload: [ts, events, attention_dp_rank], map events under vLLM's names,
     // encoded by msgspec as TensorRT-LLM does.

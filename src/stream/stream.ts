@@ -342,8 +342,9 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
     this.#gaps += out.gaps;
     // Events that failed closed (ERR_UNSUPPORTED_LAYOUT) went out as a clear of the rank.
     for (const e of out.errors) {
-      this.#failClosed.set(dpRank ?? 0, e.message);
-      this.emit('failClosed', { dpRank: dpRank ?? 0, message: e.message });
+      const rank = e.dpRank ?? dpRank ?? 0;
+      this.#failClosed.set(rank, e.message);
+      this.emit('failClosed', { dpRank: rank, message: e.message });
     }
     if (out.gaps > 0) this.emit('gap', { seq: out.seqs[0] ?? 0n, count: out.gaps });
     for (const c of this.#consumers) {

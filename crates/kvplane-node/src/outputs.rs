@@ -44,6 +44,8 @@ pub struct ApplyReportOut {
 pub struct ApplyErrorOut {
   pub code: String,
   pub message: String,
+  /// The DP rank of the batch the event was in (none: rank 0's).
+  pub dp_rank: Option<i32>,
 }
 
 #[napi(object)]
@@ -214,7 +216,8 @@ pub fn published_out_in(d: Drained, formats: Option<&[String]>) -> PublishedOut 
       }
       encodings[i].payloads.push(buffer_of(payload));
     }
-    errors.extend(b.errors.into_iter().map(error_out));
+    let rank = b.dp_rank;
+    errors.extend(b.errors.into_iter().map(|e| error_out(e, rank)));
   }
   PublishedOut {
     seqs,
@@ -247,16 +250,21 @@ pub struct EncodedApplyOut {
   pub unknown_events: u32,
 }
 
-pub fn error_out(e: KvError) -> ApplyErrorOut {
+pub fn error_out(e: KvError, dp_rank: Option<i32>) -> ApplyErrorOut {
   ApplyErrorOut {
     code: e.code.as_str().to_string(),
     message: e.message,
+    dp_rank,
   }
 }
 
 pub fn report_out(report: ApplyReport) -> ApplyReportOut {
   ApplyReportOut {
     seq: BigInt::from(report.seq),
-    errors: report.errors.into_iter().map(error_out).collect(),
+    errors: report
+      .errors
+      .into_iter()
+      .map(|e| error_out(e, report.dp_rank))
+      .collect(),
   }
 }

@@ -36,7 +36,7 @@ impl LocalIndexer {
       }
     }
     let encodings = self.stream.encode_batch(&batch);
-    Ok(self.append(encodings, errors))
+    Ok(self.append(encodings, errors, batch.dp_rank))
   }
 
   /// Decodes a payload of `dialect` and applies its batches (one, except for a TensorRT-LLM

@@ -68,6 +68,8 @@ impl LocalIndexerConfig {
 pub struct ApplyReport {
   /// The seq the batch was logged under.
   pub seq: u64,
+  /// The DP rank it was published under (none: rank 0's, written nil).
+  pub dp_rank: Option<i32>,
   /// Events that failed closed (unsupported layout); their worker was cleared.
   pub errors: Vec<KvError>,
   /// The batch as published, once per format the stream carries (the log's first).
@@ -171,11 +173,17 @@ impl LocalIndexer {
   }
 
   /// Appends an applied batch's encodings as the next seq and reports it.
-  fn append(&mut self, encodings: Encodings, errors: Vec<KvError>) -> ApplyReport {
+  fn append(
+    &mut self,
+    encodings: Encodings,
+    errors: Vec<KvError>,
+    dp_rank: Option<i32>,
+  ) -> ApplyReport {
     let seq = self.stream.append(&encodings);
     self.tap(seq, encodings.logged());
     ApplyReport {
       seq,
+      dp_rank,
       errors,
       encodings,
     }

@@ -163,6 +163,6 @@ impl LocalIndexer {
     let encodings = self
       .stream
       .encode(self.stream.next_seq(), ts, events, dp_rank);
-    Ok(self.append(encodings, errors))
+    Ok(self.append(encodings, errors, dp_rank))
   }
 }
