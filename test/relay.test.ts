@@ -55,6 +55,35 @@ async function rawEngine(): Promise<Publisher> {
   return engine;
 }
 
+/**
+ * TensorRT-LLM's ZMQ payloads, `[ts, events, attention_dp_rank]` with map events under vLLM's
+ * names, encoded by msgspec as TensorRT-LLM does: one BlockStored of `tokens` tokens (block size
+ * 4) per batch.
+ */
+function trtllmPayloads(batches: Array<{ hash: number; tokens: number; rank: number }>): Buffer[] {
+  const script = `import json, sys, msgspec
+enc = msgspec.msgpack.Encoder()
+ev = lambda h, n: {"type": "BlockStored", "block_hashes": [h], "parent_block_hash": None,
+                   "token_ids": [h % 1000] * n, "block_size": 4, "lora_id": None}
+print(json.dumps([enc.encode([1.0, [ev(b["hash"], b["tokens"])], b["rank"]]).hex() for b in json.loads(sys.argv[1])]))`;
+  const hex = JSON.parse(execFileSync('python3', ['-c', script, JSON.stringify(batches)]).toString()) as string[];
+  return hex.map((h) => Buffer.from(h, 'hex'));
+}
+
+/** `--engine trtllm` relaying a raw engine socket that gathers 2 attention-DP ranks. */
+async function trtllmRelay(): Promise<{ engine: Publisher; http: string }> {
+  const engine = await rawEngine();
+  const { http } = await relayNode([
+    '--engine',
+    'trtllm',
+    '--engine-endpoint',
+    engine.lastEndpoint as string,
+    '--engine-dp-size',
+    '2',
+  ]);
+  return { engine, http };
+}
+
 /** An engine message's seq frame: 8 bytes, big-endian. */
 function seq(n: number | bigint): Buffer {
   const b = Buffer.alloc(8);
@@ -248,26 +277,12 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
   }, 30_000);
 
   it('a batch relayed on the link thread that fails closed is reported under its own rank', async () => {
-    // TensorRT-LLM's ZMQ payloads name their rank; rank 1's stored event does not fill its block.
-    const payloads = JSON.parse(
-      execFileSync('python3', [
-        '-c',
-        `import json, msgspec
-enc = msgspec.msgpack.Encoder()
-ev = lambda h, n: {"type": "BlockStored", "block_hashes": [h], "parent_block_hash": None,
-                   "token_ids": [7] * n, "block_size": 4, "lora_id": None}
-print(json.dumps([enc.encode([1.0, [ev(100, 4)], 0]).hex(), enc.encode([1.0, [ev(101, 3)], 1]).hex()]))`,
-      ]).toString(),
-    ).map((h: string) => Buffer.from(h, 'hex'));
-    const engine = await rawEngine();
-    const { http } = await relayNode([
-      '--engine',
-      'trtllm',
-      '--engine-endpoint',
-      engine.lastEndpoint as string,
-      '--engine-dp-size',
-      '2',
+    // Rank 1's stored event does not fill its block.
+    const payloads = trtllmPayloads([
+      { hash: 100, tokens: 4, rank: 0 },
+      { hash: 101, tokens: 3, rank: 1 },
     ]);
+    const { engine, http } = await trtllmRelay();
     await engine.send([Buffer.alloc(0), seq(0), payloads[0] as Buffer]);
     // The first batch joins the rank on the JS side; the next ones go through the native link.
     await sleep(300);
@@ -282,28 +297,9 @@ print(json.dumps([enc.encode([1.0, [ev(100, 4)], 0]).hex(), enc.encode([1.0, [ev
   }, 30_000);
 
   it('relays TensorRT-LLM ZMQ batches under their attention-DP ranks, and a gap clears every rank', async () => {
-    // TensorRT-LLM's ZMQ payload: [ts, events, attention_dp_rank], map events under vLLM's names,
-    // encoded by msgspec as TensorRT-LLM does.
-    const payloads = JSON.parse(
-      execFileSync('python3', [
-        '-c',
-        `import json, msgspec
-enc = msgspec.msgpack.Encoder()
-ev = lambda h: {"type": "BlockStored", "block_hashes": [h], "parent_block_hash": None,
-                "token_ids": [h % 1000] * 4, "block_size": 4, "lora_id": None}
-print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6)]))`,
-      ]).toString(),
-    ).map((h: string) => Buffer.from(h, 'hex'));
-    const engine = await rawEngine();
-    const { http } = await relayNode([
-      '--engine',
-      'trtllm',
-      '--engine-endpoint',
-      engine.lastEndpoint as string,
-      '--engine-dp-size',
-      '2',
-    ]);
-    for (let i = 0; i < 4; i++) await engine.send([Buffer.alloc(0), seq(i), payloads[i]]);
+    const payloads = trtllmPayloads(Array.from({ length: 6 }, (_, i) => ({ hash: 100 + i, tokens: 4, rank: i % 2 })));
+    const { engine, http } = await trtllmRelay();
+    for (let i = 0; i < 4; i++) await engine.send([Buffer.alloc(0), seq(i), payloads[i] as Buffer]);
     const ranksOf = async () => {
       const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
       return Object.fromEntries(
@@ -317,7 +313,7 @@ print(json.dumps([enc.encode([1.0, [ev(100 + i)], i % 2]).hex() for i in range(6
     }
     expect(got).toEqual({ 0: [100, 102], 1: [101, 103] });
     // Seq 4 never comes and there is no replay: both ranks' state is unknown, both are cleared.
-    await engine.send([Buffer.alloc(0), seq(5), payloads[5]]);
+    await engine.send([Buffer.alloc(0), seq(5), payloads[5] as Buffer]);
     for (let i = 0; i < 50 && got[0] !== undefined; i++) {
       await sleep(100);
       got = await ranksOf();
