@@ -185,8 +185,8 @@ impl Shared {
     }
   }
 
-  fn count_applied(&self, events: u32) {
-    self.batches.fetch_add(1, Relaxed);
+  fn count_applied(&self, batches: usize, events: u32) {
+    self.batches.fetch_add(batches as u64, Relaxed);
     self.events.fetch_add(events as u64, Relaxed);
   }
 
@@ -226,7 +226,7 @@ impl Shared {
     while let Some((seq, payload)) = rest.next() {
       if let Some(events) = Shared::apply(inner, &payload) {
         inner.gate.applied(seq);
-        self.count_applied(events);
+        self.count_applied(1, events);
         while let Some((held, at)) = inner.held_at.pop_front() {
           if held == seq {
             self.timed(at.elapsed(), 1);
@@ -543,8 +543,7 @@ fn apply_group(
   for (seq, _) in group {
     inner.gate.applied(*seq);
   }
-  shared.batches.fetch_add(group.len() as u64, Relaxed);
-  shared.events.fetch_add(events as u64, Relaxed);
+  shared.count_applied(group.len(), events);
   progress(shared, inner, last_progress);
   true
 }
@@ -558,23 +557,21 @@ fn route(
   read_at: Instant,
   last_progress: &mut Instant,
 ) -> bool {
-  {
-    match inner.gate.route(seq) {
-      Route::Apply => match Shared::apply(inner, &payload) {
-        Some(events) => {
-          inner.gate.applied(seq);
-          shared.count_applied(events);
-          progress(shared, inner, last_progress);
-          return true;
-        }
-        None => shared.forward(inner, HandOff::Batch { seq, payload }),
-      },
-      Route::Hold => {
-        inner.gate.hold(seq, payload);
-        inner.held_at.push_back((seq, read_at));
+  match inner.gate.route(seq) {
+    Route::Apply => match Shared::apply(inner, &payload) {
+      Some(events) => {
+        inner.gate.applied(seq);
+        shared.count_applied(1, events);
+        progress(shared, inner, last_progress);
+        return true;
       }
-      Route::Forward => shared.forward(inner, HandOff::Batch { seq, payload }),
+      None => shared.forward(inner, HandOff::Batch { seq, payload }),
+    },
+    Route::Hold => {
+      inner.gate.hold(seq, payload);
+      inner.held_at.push_back((seq, read_at));
     }
+    Route::Forward => shared.forward(inner, HandOff::Batch { seq, payload }),
   }
   false
 }
