@@ -1,5 +1,5 @@
 import type { Dialect } from '../../codec.js';
-import { invalidArg, KvPlaneError } from '../../errors.js';
+import { invalidArg } from '../../errors.js';
 import type { KvEvent } from '../../events.js';
 import type { FollowerCounters } from '../../sources/engine/follower.js';
 import { NativeZmqFeed } from '../../sources/engine/native_feed.js';
@@ -122,27 +122,22 @@ export class ZmqSubscription implements Subscription {
   #nativeFeed(target: RouterTarget, endpoint: string): NativeZmqFeed | null {
     const follow = target.followZmq as NonNullable<RouterTarget['followZmq']>;
     const o = this.#o;
-    try {
-      this.#native = new NativeZmqFeed(
-        (onDelivery) =>
-          follow(
-            {
-              endpoint,
-              workerId: this.workerId,
-              dpRank: this.dpRank,
-              dialect: o.dialect ?? 'vllm',
-              reconnectMaxMs: 5000,
-              maxUnread: 10_000,
-            },
-            onDelivery,
-          ),
-        () => appliedSoTrimLater(),
-      );
-      return this.#native;
-    } catch (err) {
-      if (err instanceof KvPlaneError && err.code === 'ERR_INVALID_ARG') return null;
-      throw err;
-    }
+    this.#native = NativeZmqFeed.open(
+      (onDelivery) =>
+        follow(
+          {
+            endpoint,
+            workerId: this.workerId,
+            dpRank: this.dpRank,
+            dialect: o.dialect ?? 'vllm',
+            reconnectMaxMs: 5000,
+            maxUnread: 10_000,
+          },
+          onDelivery,
+        ),
+      () => appliedSoTrimLater(),
+    );
+    return this.#native;
   }
 
   /**

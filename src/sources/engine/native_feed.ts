@@ -1,4 +1,5 @@
 import type * as Native from '../../../index.js';
+import { KvPlaneError } from '../../errors.js';
 import type { LiveFeed, LiveHandlers } from './zmq_source.js';
 
 export type NativeZmqLink = Native.NativeZmqLink;
@@ -18,10 +19,26 @@ export class NativeZmqFeed implements LiveFeed {
   #closed = false;
 
   /**
+   * A feed whose link `open` starts, or `null` where a link does not speak the endpoint (`open`
+   * throws `ERR_INVALID_ARG`: `inproc://`): the caller reads it with zeromq.js then.
+   */
+  static open(
+    open: (onDelivery: (d: ZmqDelivery) => void) => NativeZmqLink,
+    onProgress: () => void,
+  ): NativeZmqFeed | null {
+    try {
+      return new NativeZmqFeed(open, onProgress);
+    } catch (err) {
+      if (err instanceof KvPlaneError && err.code === 'ERR_INVALID_ARG') return null;
+      throw err;
+    }
+  }
+
+  /**
    * `open` starts the link with a delivery callback; `onProgress` is told, at most every 250 ms,
    * that the link applied batches.
    */
-  constructor(open: (onDelivery: (d: ZmqDelivery) => void) => NativeZmqLink, onProgress: () => void) {
+  private constructor(open: (onDelivery: (d: ZmqDelivery) => void) => NativeZmqLink, onProgress: () => void) {
     // Deliveries reach JS on a later turn of the event loop: `start` has set the handlers by then.
     this.#link = open((d) => {
       const h = this.#h;

@@ -124,27 +124,22 @@ function nativeFeed(
 ): LiveFeed | null {
   if (o.native === false || sink.followZmq === undefined) return null;
   const follow = sink.followZmq.bind(sink);
-  try {
-    return new NativeZmqFeed(
-      (onDelivery) =>
-        follow(
-          {
-            endpoint,
-            topic: o.topic ?? '',
-            dpRank: relayRank ?? undefined,
-            dialect: o.engine,
-            reconnectMaxMs: o.reconnectMaxMs,
-            maxUnread: o.receiveHwm ?? 10_000,
-            coalesceBytes,
-          },
-          onDelivery,
-        ),
-      () => {},
-    );
-  } catch (err) {
-    if (err instanceof KvPlaneError && err.code === 'ERR_INVALID_ARG') return null;
-    throw err;
-  }
+  return NativeZmqFeed.open(
+    (onDelivery) =>
+      follow(
+        {
+          endpoint,
+          topic: o.topic ?? '',
+          dpRank: relayRank ?? undefined,
+          dialect: o.engine,
+          reconnectMaxMs: o.reconnectMaxMs,
+          maxUnread: o.receiveHwm ?? 10_000,
+          coalesceBytes,
+        },
+        onDelivery,
+      ),
+    () => {},
+  );
 }
 
 /** The live socket as zeromq.js's Subscriber. */
