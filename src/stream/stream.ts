@@ -162,7 +162,7 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
     this.#open();
     this.#ordered();
     const out = this.indexer.relayCoalesced(payloads instanceof Uint8Array ? [payloads] : payloads, dialect, dpRank);
-    this.#published(out, dpRank);
+    this.#published(out);
     return out.events;
   }
 
@@ -182,7 +182,7 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
     const ranks = Int32Array.from(nextIds.keys());
     const ids = BigUint64Array.from(nextIds.values());
     const out = this.indexer.relayWithEventIds(bytes, dialect, ranks, ids);
-    this.#published(out.published, null);
+    this.#published(out.published);
     nextIds.clear();
     out.ranks.forEach((r, i) => {
       nextIds.set(r, out.nextIds[i] as bigint);
@@ -221,7 +221,7 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
   clearRank(dpRank: number | null): void {
     this.#open();
     this.#ordered();
-    this.#published(this.indexer.clearRank(dpRank, Date.now() / 1000), dpRank);
+    this.#published(this.indexer.clearRank(dpRank, Date.now() / 1000));
   }
 
   #ordered(): void {
@@ -336,13 +336,13 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
     if (this.#closed) throw new KvPlaneError('ERR_CLOSED', 'the KvEventStream is closed');
   }
 
-  #published(out: Native.PublishedOut, dpRank: number | null = this.dataParallelRank): void {
+  #published(out: Native.PublishedOut): void {
     this.#events += out.events;
     this.#batches += out.seqs.length;
     this.#gaps += out.gaps;
-    // Events that failed closed (ERR_UNSUPPORTED_LAYOUT) went out as a clear of the rank.
+    // Events that failed closed (ERR_UNSUPPORTED_LAYOUT) went out as a clear of their batch's rank.
     for (const e of out.errors) {
-      const rank = e.dpRank ?? dpRank ?? 0;
+      const rank = e.dpRank ?? 0;
       this.#failClosed.set(rank, e.message);
       this.emit('failClosed', { dpRank: rank, message: e.message });
     }
