@@ -615,10 +615,11 @@ export declare function tokenIds(tokens: Uint32Array | Array<number>): Uint32Arr
 export declare function toUint64(value: bigint): bigint
 
 /**
- * Returns the allocator's free memory to the OS (glibc's `malloc_trim`), on a worker thread:
- * after a burst of short-lived buffers (replays, recovery answers) glibc keeps freed memory in
- * its arenas, which shows as resident memory that never goes down. Resolves `true` once done;
- * `false` where the allocator has no such call (musl, other systems).
+ * Returns the allocators' free memory to the OS (mimalloc's collection of this library's memory,
+ * then glibc's `malloc_trim` for the rest of the process), on a worker thread: after a burst of
+ * short-lived buffers (replays, recovery answers) freed memory stays in the arenas, which shows
+ * as resident memory that never goes down. Resolves `true` once done; `false` where the
+ * allocator has no such call (musl, other systems).
  */
 export declare function trimAllocator(): Promise<boolean>
 
