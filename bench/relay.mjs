@@ -8,7 +8,7 @@
 // of the blocks stored 8 batches earlier), each stamped with its send time as the batch's `ts`. A ZMQ SUB here reads
 // the relay's output, so send and receive times come from one clock.
 //   1. top rate: at most 512 batches in flight (sent, not yet received downstream) for --seconds;
-//   2. added latency at half that rate, open loop: receive time - the batch's ts, p50 / p99.
+//   2. added latency at half that rate, open loop: each batch's receive time - its send time, p50 / p99.
 //
 // kvplane also reports its own time per engine batch (read off the engine's socket to handed to its
 // outputs, over its last 8,192 batches: the end of the half-rate step), from its /healthz.
@@ -107,6 +107,19 @@ function lines(proc) {
 }
 
 /** Starts a relay; returns its output endpoint, extra processes and a stop function. */
+/**
+ * Stops a relay process: SIGTERM, then SIGKILL if it has not exited 3 s later. One that has
+ * exited already resolves at once (its 'exit' event is gone: waiting for it hung a run).
+ */
+async function stopProcess(proc) {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise((r) => proc.once('exit', r));
+  proc.kill('SIGTERM');
+  const timer = setTimeout(() => proc.kill('SIGKILL'), 3000);
+  await exited;
+  clearTimeout(timer);
+}
+
 async function startRelay(kind, engineEndpoint) {
   if (kind === 'direct') return { endpoint: engineEndpoint, async stop() {} };
   if (kind === 'forward' || kind === 'proxy') {
@@ -119,8 +132,7 @@ async function startRelay(kind, engineEndpoint) {
     return {
       endpoint,
       async stop() {
-        proc.kill('SIGTERM');
-        await new Promise((r) => proc.on('exit', r));
+        await stopProcess(proc);
       },
     };
   }
@@ -176,8 +188,7 @@ async function startRelay(kind, engineEndpoint) {
       },
       async stop() {
         grpc?.kill();
-        proc.kill('SIGTERM');
-        await new Promise((r) => proc.on('exit', r));
+        await stopProcess(proc);
       },
     };
   }
@@ -194,8 +205,7 @@ async function startRelay(kind, engineEndpoint) {
   return {
     endpoint: `tcp://127.0.0.1:${port}`,
     async stop() {
-      proc.kill('SIGTERM');
-      await new Promise((r) => proc.on('exit', r));
+      await stopProcess(proc);
     },
   };
 }
@@ -222,10 +232,25 @@ async function measure(kind, batches, halfRate) {
   await sleep(1000);
 
   // Counted in engine batches' worth of events: kvplane relays engine batches that were waiting
-  // together as one (--engine-coalesce-bytes), under the oldest one's ts, so each event of it is
-  // counted with the oldest one's latency.
+  // together as one (--engine-coalesce-bytes), under the oldest one's ts. Every relay here keeps
+  // the engine's order, so a message whose ts is that of the k-th batch sent carries batches k to
+  // k+n-1, and each is counted with its own latency (receive time - its own send time).
   let received = 0;
   let latencies = null;
+  /** Send times (the `ts` each batch carries) of the latency step's batches, in order. */
+  const sentAt = [];
+  let cursor = 0;
+  const record = (ts, n) => {
+    const t = now();
+    while (cursor < sentAt.length && sentAt[cursor] < ts) cursor++;
+    if (sentAt[cursor] !== ts || cursor + n > sentAt.length) {
+      // Not a batch of the latency step (one of the top rate's, late): its oldest ts for all.
+      for (let i = 0; i < n; i++) latencies.push((t - ts) * 1000);
+      return;
+    }
+    for (let i = 0; i < n; i++) latencies.push((t - sentAt[cursor + i]) * 1000);
+    cursor += n;
+  };
   /** Wakes the sender when batches arrive (it waits there while its window is full). */
   let progress = () => {};
   const reading = (async () => {
@@ -236,7 +261,7 @@ async function measure(kind, batches, halfRate) {
       const n = eventsIn(payload) / EVENTS;
       received += n;
       progress();
-      if (latencies) for (let i = 0; i < n; i++) latencies.push((now() - ts) * 1000);
+      if (latencies) record(ts, n);
     }
   })().catch(() => {});
 
@@ -244,7 +269,9 @@ async function measure(kind, batches, halfRate) {
   let seq = 0n;
   const send = async () => {
     const payload = Buffer.from(batches[Number(seq % BigInt(CYCLE))]);
-    payload.writeDoubleBE(now(), 2);
+    const ts = now();
+    payload.writeDoubleBE(ts, 2);
+    if (latencies) sentAt.push(ts);
     const s = Buffer.alloc(8);
     s.writeBigUInt64BE(seq++);
     await pub.send([topic, s, payload]);
