@@ -106,7 +106,6 @@ function lines(proc) {
   };
 }
 
-/** Starts a relay; returns its output endpoint, extra processes and a stop function. */
 /**
  * Stops a relay process: SIGTERM, then SIGKILL if it has not exited 3 s later. One that has
  * exited already resolves at once (its 'exit' event is gone: waiting for it hung a run).
@@ -120,6 +119,7 @@ async function stopProcess(proc) {
   clearTimeout(timer);
 }
 
+/** Starts a relay; returns its output endpoint, extra processes and a stop function. */
 async function startRelay(kind, engineEndpoint) {
   if (kind === 'direct') return { endpoint: engineEndpoint, async stop() {} };
   if (kind === 'forward' || kind === 'proxy') {
