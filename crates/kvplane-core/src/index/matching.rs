@@ -402,4 +402,65 @@ mod tests {
     let m = ix.find_matches_tokens(&tokens[..12], &hash, &only).unwrap();
     assert_eq!(m.scores, vec![(w(20, 0), 3)]);
   }
+
+  #[test]
+  fn a_worker_whose_orphans_are_gone_is_walked_again() {
+    let mut ix = Index::new(IndexConfig::default());
+    let tokens: Vec<u32> = (0..32).collect();
+    let w = WorkerKey {
+      worker_id: 1,
+      dp_rank: 0,
+    };
+    let other = WorkerKey {
+      worker_id: 2,
+      dp_rank: 0,
+    };
+    let stored = KvEvent::Stored(StoredEvent {
+      block_hashes: (1..=8).collect(),
+      token_ids: tokens.clone(),
+      block_size: 4,
+      ..Default::default()
+    });
+    ix.apply(w, &stored).unwrap();
+    ix.apply(other, &stored).unwrap();
+    let removed = |hashes: Vec<u64>| {
+      KvEvent::Removed(crate::event::RemovedEvent {
+        block_hashes: hashes,
+        ..Default::default()
+      })
+    };
+    let hash = HashOptions::new(Algo::Xxh3, 4);
+    let scores = |ix: &Index| {
+      let mut s = ix
+        .find_matches_tokens(&tokens, &hash, &MatchOptions::default())
+        .unwrap()
+        .scores;
+      s.sort();
+      s
+    };
+    // Block 4 goes first: blocks 5..8 are held without their chain, matched by a scan.
+    ix.apply(w, &removed(vec![4])).unwrap();
+    assert_eq!(
+      (ix.open_workers, ix.stats().per_worker[0].unreachable_blocks),
+      (1, 1)
+    );
+    assert_eq!(scores(&ix), vec![(w, 3), (other, 8)]);
+    // The rest of the chain, root side first (each removal orphans the next): walked again.
+    ix.apply(w, &removed(vec![5, 6])).unwrap();
+    assert_eq!(ix.open_workers, 1);
+    ix.apply(w, &removed(vec![7, 8])).unwrap();
+    assert_eq!(
+      (ix.open_workers, ix.stats().per_worker[0].unreachable_blocks),
+      (0, 0)
+    );
+    assert_eq!(scores(&ix), vec![(w, 3), (other, 8)]);
+    // A parent stored again while its orphan is held: the count stays above (a scan, still
+    // right) until the orphan goes.
+    ix.apply(w, &removed(vec![2])).unwrap();
+    ix.apply(w, &stored).unwrap();
+    assert_eq!(ix.open_workers, 1);
+    assert_eq!(scores(&ix), vec![(w, 8), (other, 8)]);
+    ix.apply(w, &KvEvent::Cleared).unwrap();
+    assert_eq!(ix.open_workers, 0);
+  }
 }

@@ -8,7 +8,7 @@
 //! Removing an inner block leaves the worker's descendants of it unreachable for matching (a
 //! match counts consecutive leading blocks). They stay indexed and counted
 //! (`unreachable_blocks`) until the engine removes them or clears, and that worker is matched by
-//! an exact scan from then on. Nodes no worker holds are reclaimed as
+//! an exact scan until then. Nodes no worker holds are reclaimed as
 //! soon as no other node chains from them, so nothing leaks.
 
 mod dump;
@@ -112,7 +112,9 @@ pub(crate) struct WorkerState {
   /// True while every block the worker holds has its parent held too.
   pub prefix_closed: bool,
   pub needs_recovery: bool,
-  /// Blocks held whose chain to a root is broken by an inner removal.
+  /// Blocks held whose parent is not (an inner removal orphaned them). Never below their number:
+  /// a parent stored again while its orphans are held can leave it above, until a clear. Zero
+  /// means prefix-closed.
   pub unreachable: u64,
 }
 
@@ -527,10 +529,16 @@ impl Index {
       && self
         .sets
         .bump_kids(&mut self.nodes[parent as usize], parent, slot, false);
+    let w = &mut self.workers[slot as usize];
     if parent != NONE && !parent_held {
       // This block was itself unreachable.
-      let w = &mut self.workers[slot as usize];
       w.unreachable = w.unreachable.saturating_sub(1);
+    }
+    if !w.prefix_closed && w.unreachable == 0 {
+      // Its last unreachable block is gone: prefix-closed again (the count never falls below
+      // the blocks held without their parent, so none is left).
+      w.prefix_closed = true;
+      self.open_workers -= 1;
     }
     self.reclaim(node);
   }
