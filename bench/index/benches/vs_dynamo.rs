@@ -12,8 +12,9 @@
 //!
 //! Measured per index: apply (block ops/s, single-threaded), `find_matches` p50/p99 per query
 //! (keys given, hashing excluded on both sides), bytes per membership (one counting allocator for
-//! all), `find_matches` p99 while another thread applies 1M block ops/s, and a check that every
-//! index returns the same per-worker counts on every query.
+//! all), `find_matches` p99 while another thread applies 1M block ops/s of churn (brought to its
+//! steady state first, on both sides), and a check that every index returns the same per-worker
+//! counts on every query.
 //!
 //! Hashing is counted the same way on both sides: one xxh3 per stored block. kvplane hashes a
 //! stored block's tokens inside its apply; Dynamo's events carry the hash of the tokens
@@ -592,18 +593,30 @@ fn splitmix(k: u64) -> u64 {
   z ^ (z >> 31)
 }
 
-/// Runs `apply` on a thread of its own at `ops_per_sec` block ops until `stop`: each millisecond
-/// it applies that millisecond's share, then sleeps. Returns the block ops applied and seconds.
+/// The churn brought to its steady state: `resident` events stored and as many stored and
+/// removed again, so the tables it touches have grown to their size before anything is measured
+/// (both indexes get the same events).
+fn warm_churn(mut apply: impl FnMut(Vec<Op>)) -> Churn {
+  let mut churn = Churn {
+    k: 0,
+    resident: 4096,
+  };
+  while churn.k < 2 * churn.resident {
+    apply(churn.next());
+  }
+  churn
+}
+
+/// Runs `apply` on a thread of its own at `ops_per_sec` block ops until `stop`, going on with
+/// `churn`: each millisecond it applies that millisecond's share, then sleeps. Returns the block
+/// ops applied and seconds.
 fn paced_writer(
   ops_per_sec: f64,
   stop: Arc<AtomicBool>,
+  mut churn: Churn,
   mut apply: impl FnMut(Vec<Op>) -> usize + Send + 'static,
 ) -> std::thread::JoinHandle<(usize, f64)> {
   std::thread::spawn(move || {
-    let mut churn = Churn {
-      k: 0,
-      resident: 4096,
-    };
     let start = Instant::now();
     let mut done = 0usize;
     while !stop.load(Relaxed) {
@@ -715,13 +728,18 @@ fn run(wl: &Workload, c: &mut Criterion) {
 
   // Reads while another thread applies 1M block ops/s.
   let shared = Arc::new(Shared::new(kv));
+  let churn = warm_churn(|ops| {
+    for (w, ev) in kvplane_events(&ops) {
+      shared.write().apply(w, &ev).unwrap();
+    }
+  });
   let idle = latency(keys.len(), 10, |q| {
     black_box(shared.read().find_matches(&keys[q], &opts));
   });
   let stop = Arc::new(AtomicBool::new(false));
   let writer = {
     let shared = shared.clone();
-    paced_writer(1e6, stop.clone(), move |ops| {
+    paced_writer(1e6, stop.clone(), churn, move |ops| {
       let mut n = 0;
       for (w, ev) in kvplane_events(&ops) {
         n += match &ev {
@@ -747,13 +765,19 @@ fn run(wl: &Workload, c: &mut Criterion) {
     idle.1,
     busy.1 / idle.1
   );
+  let churn = warm_churn(|ops| {
+    for ev in dynamo_events(&ops) {
+      crtc.tx.send(WorkerTask::Event(ev)).unwrap();
+    }
+  });
+  crtc.sync();
   let crtc_idle = latency(locals.len(), 10, |q| {
     black_box(SyncIndexer::find_matches(&*crtc.tree, &locals[q], false));
   });
   let stop = Arc::new(AtomicBool::new(false));
   let writer = {
     let tx = crtc.tx.clone();
-    paced_writer(1e6, stop.clone(), move |ops| {
+    paced_writer(1e6, stop.clone(), churn, move |ops| {
       let n = ops.iter().map(Op::blocks).sum();
       for ev in dynamo_events(&ops) {
         tx.send(WorkerTask::Event(ev)).unwrap();
