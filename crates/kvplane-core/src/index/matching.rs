@@ -30,6 +30,22 @@ pub struct Matches {
 
 const UNSEEN: u32 = u32::MAX - 1;
 
+/// `find_matches`'s buffers, kept between the queries of a thread (a query allocates only its
+/// answer). Taken for the query, so a nested call starts with empty ones.
+#[derive(Default)]
+struct Scratch {
+  /// Node per position (`Probe::nodes`).
+  nodes: Vec<u32>,
+  /// Score per worker slot.
+  score: Vec<u32>,
+  /// The candidates holding block 0.
+  first: Vec<u32>,
+}
+
+thread_local! {
+  static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
+}
+
 struct Probe<'a> {
   index: &'a Index,
   seqs: &'a [u64],
@@ -177,14 +193,22 @@ impl Index {
       }
     }
     let is_candidate = |s: u32| candidate.is_empty() || candidate[s as usize];
+    let Scratch {
+      mut nodes,
+      mut score,
+      mut first,
+    } = SCRATCH.take();
+    nodes.clear();
+    nodes.resize(seqs.len(), UNSEEN);
+    score.clear();
+    score.resize(self.workers.len(), 0);
+    first.clear();
     let mut probe = Probe {
       index: self,
       seqs,
-      nodes: vec![UNSEEN; seqs.len()],
+      nodes,
     };
     let deepest = probe.deepest();
-    let mut score = vec![0u32; self.workers.len()];
-    let mut first: Vec<u32> = Vec::new();
     if let Some(n0) = (!seqs.is_empty()).then(|| probe.node(0).copied()).flatten() {
       self.sets.for_each(&n0, |s| {
         if is_candidate(s) {
@@ -223,6 +247,11 @@ impl Index {
         .tree_sizes
         .push((key, self.workers[s as usize].engine.len() as u64));
     }
+    SCRATCH.set(Scratch {
+      nodes: probe.nodes,
+      score,
+      first,
+    });
     out
   }
 
