@@ -869,10 +869,13 @@ fn run(wl: &Workload, c: &mut Criterion) {
   );
 }
 
-/// `VS_DYNAMO_PROFILE=find|apply`: only kvplane's side of one measure on the `depths` workload, in
-/// a loop for a profiler.
+/// `VS_DYNAMO_PROFILE=find|apply[_today]`: only kvplane's side of one measure on the `depths`
+/// workload (`today` with the suffix), in a loop for a profiler.
 fn profile(what: &str) {
-  let wl = depths();
+  let (what, wl) = match what.strip_suffix("_today") {
+    Some(w) => (w, today()),
+    None => (what, depths()),
+  };
   let keys = query_keys(&wl);
   let evs = kvplane_events(&wl.ops);
   let t = Instant::now();
