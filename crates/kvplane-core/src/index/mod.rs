@@ -109,7 +109,8 @@ pub(crate) struct WorkerState {
   pub key: WorkerKey,
   /// Engine block hash -> node.
   pub engine: U64Map,
-  /// True while every block the worker holds has its parent held too.
+  /// Whether `unreachable` is 0, so every block the worker holds has its parent held too (false
+  /// may also mean the count is above the blocks it counts, see there).
   pub prefix_closed: bool,
   pub needs_recovery: bool,
   /// Blocks held whose parent is not (an inner removal orphaned them). Never below their number:
