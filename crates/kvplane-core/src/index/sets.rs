@@ -170,11 +170,11 @@ impl Sets {
         let (len, cap) = self.pool[at];
         let len = len as usize;
         if len == cap as usize {
-          // Full: move to the next class. (The copy goes through a small buffer: the pool may
-          // grow under it.)
-          let old: Vec<(u32, u32)> = self.entries(at).to_vec();
+          // Full: move to the next class (runs are offsets, so growing the pool moves nothing).
+          let to = self.alloc(class_for(len + 1));
+          self.pool.copy_within(at + 1..at + 1 + len, to + 1);
           self.release(at);
-          at = self.run_of(&old);
+          at = to;
           n.set = at as u32 | MULTI;
         }
         let e = at + 1;
