@@ -2,11 +2,11 @@
 //! event per chain segment (a run of blocks each with exactly one child in that worker's tree),
 //! with the engine's hashes and, when retained, the tokens.
 //!
-//! Per worker, the worker's own tree is rebuilt in dense scratch arrays indexed by node (reused
-//! across workers, validated by a stamp), so a dump costs O(memberships) without hashing.
+//! Per worker, the tree is walked from the roots along the edges and the spans it holds; its
+//! engine ids are found in its blocks sorted by location.
 
-use super::node::NONE;
-use super::{Index, WorkerKey};
+use super::edge::{loc, FREED, NONE};
+use super::{Index, Pos, WorkerKey};
 use crate::event::StoredEvent;
 
 /// One stored event of a dump.
@@ -19,93 +19,95 @@ pub struct WorkerDump {
   pub events: Vec<DumpEvent>,
 }
 
-/// Scratch arrays indexed by node; an entry is valid when its stamp is the current worker's.
-struct Scratch {
-  stamp: Vec<u32>,
-  engine: Vec<u64>,
-  /// Children of a node in the current worker's tree, as `kids[kid_start..kid_start + kid_len]`.
-  kid_start: Vec<u32>,
-  kid_len: Vec<u32>,
-}
-
 impl Index {
-  fn tokens_of(&self, n: u32) -> &[u32] {
-    self.tokens.get(n as usize).map_or(&[][..], |t| &t[..])
+  fn tokens_of(&self, (e, o): Pos) -> &[u32] {
+    self.edges[e as usize]
+      .tokens
+      .get(o as usize)
+      .map_or(&[][..], |t| &t[..])
+  }
+
+  fn key_at(&self, (e, o): Pos) -> u64 {
+    self.edges[e as usize].keys[o as usize]
   }
 
   /// A consistent snapshot of the index (the caller holds it exclusively while dumping).
   pub fn dump(&self) -> Vec<WorkerDump> {
-    let n = self.nodes.len();
-    let mut s = Scratch {
-      stamp: vec![0; n],
-      engine: vec![0; n],
-      kid_start: vec![0; n],
-      kid_len: vec![0; n],
-    };
+    // Per edge, the edges hanging from it by (offset, first key); and the roots by first key.
+    let mut hung: Vec<Vec<(u32, u64, u32)>> = vec![Vec::new(); self.edges.len()];
+    let mut roots: Vec<(u64, u32)> = Vec::new();
+    for (id, edge) in self.edges.iter().enumerate() {
+      if edge.parent == FREED {
+        continue;
+      }
+      if edge.parent == NONE {
+        roots.push((edge.keys[0], id as u32));
+      } else {
+        hung[edge.parent as usize].push((edge.parent_off, edge.keys[0], id as u32));
+      }
+    }
+    roots.sort_unstable();
+    for h in &mut hung {
+      h.sort_unstable();
+    }
     let mut out = Vec::new();
-    let mut pairs: Vec<(u32, u32)> = Vec::new();
-    let mut kids: Vec<u32> = Vec::new();
+    let mut held: Vec<(u64, u64)> = Vec::new();
+    let mut children: Vec<Pos> = Vec::new();
     for (slot, w) in self.workers.iter().enumerate() {
       if w.engine.is_empty() {
         continue;
       }
-      let stamp = slot as u32 + 1;
-      for (eh, node) in w.engine.iter() {
-        s.stamp[node as usize] = stamp;
-        s.engine[node as usize] = eh;
-        s.kid_start[node as usize] = 0;
-        s.kid_len[node as usize] = 0;
-      }
-      // (parent, child) edges of this worker's tree; roots have parent NONE. Blocks whose
-      // parent the worker no longer holds are unreachable and left out.
-      pairs.clear();
-      for (_, node) in w.engine.iter() {
-        let parent = self.nodes[node as usize].parent;
-        if parent == NONE || s.stamp[parent as usize] == stamp {
-          pairs.push((parent, node));
-        }
-      }
-      // Deterministic order: by parent, then by child key.
-      pairs.sort_unstable_by_key(|&(p, c)| (p, self.nodes[c as usize].key));
-      kids.clear();
-      let mut roots = Vec::new();
-      for (i, &(p, c)) in pairs.iter().enumerate() {
-        if p == NONE {
-          roots.push(c);
-          continue;
-        }
-        if i == 0 || pairs[i - 1].0 != p {
-          s.kid_start[p as usize] = kids.len() as u32;
-        }
-        s.kid_len[p as usize] += 1;
-        kids.push(c);
-      }
-      let children = |node: u32| {
-        let (a, l) = (
-          s.kid_start[node as usize] as usize,
-          s.kid_len[node as usize] as usize,
-        );
-        &kids[a..a + l]
+      let slot = slot as u32;
+      held.clear();
+      held.extend(w.engine.iter().map(|(eh, l)| (l, eh)));
+      held.sort_unstable();
+      let engine_of = |(e, o): Pos| {
+        let i = held
+          .binary_search_by_key(&loc(e, o), |&(l, _)| l)
+          .expect("a held block");
+        held[i].1
       };
+      let holds = |(e, o): Pos| self.edges[e as usize].holds(o, slot);
+      let mut stack: Vec<(Pos, Option<u64>)> = roots
+        .iter()
+        .rev()
+        .map(|&(_, e)| ((e, 0), None))
+        .filter(|&(p, _)| holds(p))
+        .collect();
       let mut events = Vec::new();
-      let mut stack: Vec<(u32, Option<u64>)> = roots.iter().rev().map(|&r| (r, None)).collect();
       while let Some((start, parent_hash)) = stack.pop() {
         let mut ev = StoredEvent {
           parent_block_hash: parent_hash,
+          block_size: self.tokens_of(start).len() as u32,
           ..Default::default()
         };
-        ev.block_size = self.tokens_of(start).len() as u32;
-        let mut node = start;
+        let mut p = start;
         loop {
-          ev.block_hashes.push(s.engine[node as usize]);
-          ev.token_ids.extend_from_slice(self.tokens_of(node));
-          let next = children(node);
-          if next.len() == 1 && self.tokens_of(next[0]).len() as u32 == ev.block_size {
-            node = next[0];
+          let here = engine_of(p);
+          ev.block_hashes.push(here);
+          ev.token_ids.extend_from_slice(self.tokens_of(p));
+          // This block's children in the worker's tree, by key.
+          children.clear();
+          let (e, o) = p;
+          if (o as usize + 1) < self.edges[e as usize].len() && holds((e, o + 1)) {
+            children.push((e, o + 1));
+          }
+          let kids = &hung[e as usize];
+          let from = kids.partition_point(|&(off, _, _)| off < o);
+          for &(off, _, k) in &kids[from..] {
+            if off != o {
+              break;
+            }
+            if holds((k, 0)) {
+              children.push((k, 0));
+            }
+          }
+          if children.len() == 1 && self.tokens_of(children[0]).len() as u32 == ev.block_size {
+            p = children[0];
             continue;
           }
-          let here = s.engine[node as usize];
-          stack.extend(next.iter().rev().map(|&k| (k, Some(here))));
+          children.sort_unstable_by_key(|&c| self.key_at(c));
+          stack.extend(children.iter().rev().map(|&c| (c, Some(here))));
           break;
         }
         events.push(ev);

@@ -12,9 +12,8 @@
 //! soon as no other node chains from them, so nothing leaks.
 
 mod dump;
+mod edge;
 mod matching;
-mod node;
-mod sets;
 pub mod table;
 
 pub use dump::{DumpEvent, WorkerDump};
@@ -23,10 +22,9 @@ pub use matching::{MatchOptions, Matches};
 use crate::error::{KvError, KvResult};
 use crate::event::{check_layout, KvEvent, StoredEvent};
 use crate::hash::{content_hash_seeded, seq_hash, XXH3_SEED};
-use node::{Node, Wide, NONE};
-use sets::Sets;
+use edge::{loc, unloc, Edge, FREED, NONE};
 use std::collections::HashMap;
-use table::{hash32, TagMap, U64Map};
+use table::{hash32, LocMap, TagMap};
 
 /// A worker: one engine instance (`worker_id`) and one of its data-parallel ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,16 +105,9 @@ impl DropReason {
 
 pub(crate) struct WorkerState {
   pub key: WorkerKey,
-  /// Engine block hash -> node.
-  pub engine: U64Map,
-  /// Whether `unreachable` is 0, so every block the worker holds has its parent held too (false
-  /// may also mean the count is above the blocks it counts, see there).
-  pub prefix_closed: bool,
+  /// Engine block hash -> the block's location (`edge::loc`).
+  pub engine: LocMap,
   pub needs_recovery: bool,
-  /// Blocks held whose parent is not (an inner removal orphaned them). Never below their number:
-  /// a parent stored again while its orphans are held can leave it above, until a clear. Zero
-  /// means prefix-closed.
-  pub unreachable: u64,
 }
 
 /// Per-worker figures.
@@ -165,51 +156,43 @@ impl<'a> StoredBlocks<'a> {
 
 pub struct Index {
   cfg: IndexConfig,
-  nodes: Vec<Node>,
-  /// Free list threaded through the freed nodes' `key`.
-  free_head: u32,
-  free_len: u32,
-  /// Key -> node, by `hash32(key)`; the key itself is in the node.
-  by_key: TagMap,
-  /// `child_nodes` counters past u16.
-  wide_children: Wide,
-  sets: Sets,
-  tokens: Vec<Box<[u32]>>,
-  /// Token ids held in `tokens`, kept as we go so `stats` is O(workers).
+  /// Edges by id (`edge.rs`); freed ones wait in `free_edges`.
+  edges: Vec<Edge>,
+  free_edges: Vec<u32>,
+  /// An edge's first key -> the edge, by `hash32(key)`; the key is the edge's `keys[0]`.
+  by_first: TagMap,
+  /// Blocks stored: held by a worker, or kept because an edge hangs from them.
+  blocks: u64,
+  /// Token ids retained, kept as we go so `stats` needs no pass over the tokens.
   token_words: usize,
   workers: Vec<WorkerState>,
   slots: HashMap<WorkerKey, u32>,
   /// The slot `slot()` found last.
   last_slot: Option<(WorkerKey, u32)>,
   memberships: u64,
-  /// Workers that are not prefix-closed (matched by exact scan).
-  open_workers: u32,
   drops: [u64; 4],
-  /// Reused buffers of `store` and `remove`.
+  /// Reused buffer of `store`.
   scratch_keys: Vec<u64>,
-  scratch_nodes: Vec<u32>,
 }
+
+/// A block of an edge: (edge, offset).
+type Pos = (u32, u32);
 
 impl Index {
   pub fn new(cfg: IndexConfig) -> Index {
     Index {
       cfg,
-      nodes: Vec::new(),
-      free_head: NONE,
-      free_len: 0,
-      by_key: TagMap::default(),
-      wide_children: Wide::default(),
-      sets: Sets::default(),
-      tokens: Vec::new(),
+      edges: Vec::new(),
+      free_edges: Vec::new(),
+      by_first: TagMap::default(),
+      blocks: 0,
       token_words: 0,
       workers: Vec::new(),
       slots: HashMap::new(),
       last_slot: None,
       memberships: 0,
-      open_workers: 0,
       drops: [0; 4],
       scratch_keys: Vec::new(),
-      scratch_nodes: Vec::new(),
     }
   }
 
@@ -236,10 +219,8 @@ impl Index {
     let s = self.workers.len() as u32;
     self.workers.push(WorkerState {
       key: w,
-      engine: U64Map::default(),
-      prefix_closed: true,
+      engine: LocMap::default(),
       needs_recovery: false,
-      unreachable: 0,
     });
     self.slots.insert(w, s);
     s
@@ -286,8 +267,8 @@ impl Index {
   /// The content key of the block the worker holds under engine hash `eh`.
   pub fn key_of(&self, w: WorkerKey, eh: u64) -> Option<u64> {
     let &slot = self.slots.get(&w)?;
-    let n = self.workers[slot as usize].engine.get(eh)?;
-    Some(self.nodes[n as usize].key)
+    let (e, o) = unloc(self.workers[slot as usize].engine.get(eh)?);
+    Some(self.edges[e as usize].keys[o as usize])
   }
 
   /// Workers known to the index (held blocks or not).
@@ -304,6 +285,27 @@ impl Index {
   /// Whether a stored event's tokens split into `block_size` x hashes (`Err` says why not).
   pub fn check_layout(&self, s: &StoredEvent) -> KvResult<()> {
     s.check_layout(self.cfg.key_by == KeyBy::Engine)
+  }
+
+  /// The edge whose first block is `key`.
+  #[inline]
+  fn edge_of_first(&self, key: u64) -> Option<u32> {
+    let edges = &self.edges;
+    self.by_first.get(hash32(key), |e| {
+      edges[e as usize].keys.first() == Some(&key)
+    })
+  }
+
+  /// Where block `key`, the child of `cur` (a root when `None`), is stored, if it is.
+  #[inline]
+  fn find_child(&self, cur: Option<Pos>, key: u64) -> Option<Pos> {
+    if let Some((e, o)) = cur {
+      let next = self.edges[e as usize].keys.get(o as usize + 1);
+      if next == Some(&key) {
+        return Some((e, o + 1));
+      }
+    }
+    self.edge_of_first(key).map(|f| (f, 0))
   }
 
   fn store(
@@ -325,12 +327,15 @@ impl Index {
       self.workers[slot as usize].needs_recovery = true;
       return Err(e);
     }
-    let (mut prev, prev_key) = match s.parent_block_hash {
-      None => (NONE, None),
+    let (mut cur, prev_key): (Option<Pos>, Option<u64>) = match s.parent_block_hash {
+      None => (None, None),
       Some(p) => match self.workers[slot as usize].engine.get(p) {
-        Some(n) => (n, Some(self.nodes[n as usize].key)),
+        Some(l) => {
+          let (e, o) = unloc(l);
+          (Some((e, o)), Some(self.edges[e as usize].keys[o as usize]))
+        }
         None => match parent_elsewhere(p) {
-          Some(key) => (NONE, Some(key)),
+          Some(key) => (None, Some(key)),
           None => {
             self.drop_event(DropReason::UnknownParent, 1);
             self.workers[slot as usize].needs_recovery = true;
@@ -340,8 +345,6 @@ impl Index {
       },
     };
     let bs = s.block_size as usize;
-    // Keys first (pure computation), then prefetch every slot this event will probe, so the
-    // cache misses overlap instead of queueing one after another.
     let mut keys = std::mem::take(&mut self.scratch_keys);
     keys.clear();
     let mut chain = prev_key;
@@ -357,214 +360,200 @@ impl Index {
       keys.push(key);
       chain = Some(key);
     }
-    for (&eh, &key) in s.block_hashes.iter().zip(&keys) {
+    for &eh in s.block_hashes {
       self.workers[slot as usize].engine.prefetch(eh);
-      self.by_key.prefetch(hash32(key));
     }
+    // Blocks that exist and that the worker joins, as one range of an edge at a time.
+    let mut pending: Option<(u32, u32, u32)> = None;
     for (i, (&eh, &key)) in s.block_hashes.iter().zip(&keys).enumerate() {
-      let tokens = if s.token_ids.is_empty() {
-        &[][..]
-      } else {
-        &s.token_ids[i * bs..(i + 1) * bs]
-      };
-      if let Some(existing) = self.workers[slot as usize].engine.get(eh) {
-        if self.nodes[existing as usize].key == key {
+      let tokens = self.cfg.retain_tokens.then(|| {
+        if s.token_ids.is_empty() {
+          &[][..]
+        } else {
+          &s.token_ids[i * bs..(i + 1) * bs]
+        }
+      });
+      if let Some(l) = self.workers[slot as usize].engine.get(eh) {
+        let (e, o) = unloc(l);
+        if self.edges[e as usize].keys[o as usize] == key {
           self.drop_event(DropReason::DuplicateStore, 1);
-          prev = existing;
+          cur = Some((e, o));
           continue;
         }
         // The engine reused an id for other content: the old block is gone.
+        self.flush(slot, &mut pending);
         self.remove_one(slot, eh);
+        if let Some((e, o)) = cur {
+          let edge = &self.edges[e as usize];
+          if edge.parent == FREED || o as usize >= edge.len() {
+            // That block was the previous one itself (an engine reusing its own parent's id).
+            cur = None;
+          }
+        }
       }
-      let node = self.node_for(key, prev);
-      if self.cfg.retain_tokens && self.tokens[node as usize].is_empty() && !tokens.is_empty() {
-        self.tokens[node as usize] = tokens.into();
-        self.token_words += tokens.len();
-      }
-      if !self.sets.insert(&mut self.nodes[node as usize], node, slot) {
-        // The worker already holds this block under another engine id: one membership, one id.
-        self.drop_event(DropReason::DuplicateStore, 1);
-        prev = node;
-        continue;
-      }
+      let pos = match self.find_child(cur, key) {
+        Some((e, o)) => {
+          if self.edges[e as usize].holds(o, slot) {
+            // The worker already holds this block under another engine id: one membership, one
+            // id.
+            self.drop_event(DropReason::DuplicateStore, 1);
+            cur = Some((e, o));
+            continue;
+          }
+          if let Some(t) = tokens.filter(|t| !t.is_empty()) {
+            let held = &mut self.edges[e as usize].tokens[o as usize];
+            if held.is_empty() {
+              *held = t.into();
+              self.token_words += t.len();
+            }
+          }
+          match &mut pending {
+            Some((pe, _, b)) if *pe == e && *b == o => *b += 1,
+            _ => {
+              self.flush(slot, &mut pending);
+              pending = Some((e, o, o + 1));
+            }
+          }
+          (e, o)
+        }
+        None => {
+          self.flush(slot, &mut pending);
+          self.blocks += 1;
+          self.token_words += tokens.map_or(0, |t| t.len());
+          match cur {
+            Some((e, o)) if o as usize + 1 == self.edges[e as usize].len() => {
+              self.edges[e as usize].push(key, tokens, slot);
+              (e, o + 1)
+            }
+            _ => {
+              let f = self.new_edge(cur);
+              self.edges[f as usize].push(key, tokens, slot);
+              let edges = &self.edges;
+              self.by_first.get_or_insert_with(
+                hash32(key),
+                |x| edges[x as usize].keys.first() == Some(&key),
+                || f,
+              );
+              (f, 0)
+            }
+          }
+        }
+      };
       self.memberships += 1;
-      if prev != NONE {
-        self
-          .sets
-          .bump_kids(&mut self.nodes[prev as usize], prev, slot, true);
-      }
-      self.workers[slot as usize].engine.insert_absent(eh, node);
-      prev = node;
+      self.workers[slot as usize]
+        .engine
+        .insert_absent(eh, loc(pos.0, pos.1));
+      cur = Some(pos);
     }
+    self.flush(slot, &mut pending);
     self.scratch_keys = keys;
     Ok(())
   }
 
-  fn node_for(&mut self, key: u64, parent: u32) -> u32 {
-    let next = match self.free_head {
-      NONE => self.nodes.len() as u32,
-      i => i,
-    };
-    let nodes = &self.nodes;
-    let (idx, created) =
-      self
-        .by_key
-        .get_or_insert_with(hash32(key), |n| nodes[n as usize].key == key, || next);
-    if !created {
-      return idx;
+  /// Adds the worker to the pending range of blocks.
+  fn flush(&mut self, slot: u32, pending: &mut Option<(u32, u32, u32)>) {
+    if let Some((e, a, b)) = pending.take() {
+      self.edges[e as usize].add(a, b, slot);
     }
-    let node = Node::new(key, parent);
-    if self.free_head != NONE {
-      self.free_head = self.nodes[idx as usize].key as u32;
-      self.free_len -= 1;
-      self.nodes[idx as usize] = node;
-    } else {
-      self.push_node(node);
-    }
-    if parent != NONE {
-      let p = &mut self.nodes[parent as usize];
-      p.child_nodes = self.wide_children.incr(p.child_nodes, parent);
-    }
-    idx
   }
 
-  /// Appends a node, growing the slab by a sixteenth at a time (not doubling).
-  fn push_node(&mut self, node: Node) {
-    if self.nodes.len() == self.nodes.capacity() {
-      let extra = (self.nodes.capacity() / 16).max(1024);
-      self.nodes.reserve_exact(extra);
-      if self.cfg.retain_tokens {
-        self.tokens.reserve_exact(extra);
+  /// A new, empty edge hanging from `parent` (a root when `None`).
+  fn new_edge(&mut self, parent: Option<Pos>) -> u32 {
+    let (p, off) = parent.unwrap_or((NONE, 0));
+    let edge = Edge::new(p, off);
+    let id = match self.free_edges.pop() {
+      Some(id) => {
+        self.edges[id as usize] = edge;
+        id
       }
+      None => {
+        assert!(self.edges.len() < FREED as usize, "index full");
+        self.edges.push(edge);
+        (self.edges.len() - 1) as u32
+      }
+    };
+    if p != NONE {
+      self.edges[p as usize].kids.push(id);
     }
-    assert!(self.nodes.len() < node::FREED as usize, "index full");
-    self.nodes.push(node);
-    if self.cfg.retain_tokens {
-      self.tokens.push(Box::default());
-    }
+    id
   }
 
-  /// Frees `n` and then its ancestors while they have no workers and no child nodes.
-  fn reclaim(&mut self, mut n: u32) {
-    while n != NONE {
-      let node = self.nodes[n as usize];
-      if node.parent == node::FREED || node.set != node::EMPTY || node.child_nodes != 0 {
+  /// Cuts the blocks no worker holds and nothing hangs from off the end of edge `e`, freeing it
+  /// when none is left, and then its parent the same way.
+  fn reclaim(&mut self, mut e: u32) {
+    loop {
+      let edge = &self.edges[e as usize];
+      if edge.parent == FREED {
         return;
       }
-      let removed = self.by_key.remove(hash32(node.key), n);
+      let kept = edge.kept_len(&self.edges);
+      let len = edge.len();
+      if kept >= len {
+        return;
+      }
+      self.blocks -= (len - kept) as u64;
+      self.token_words -= edge.tokens[kept.min(edge.tokens.len())..]
+        .iter()
+        .map(|t| t.len())
+        .sum::<usize>();
+      if kept > 0 {
+        self.edges[e as usize].truncate(kept);
+        return;
+      }
+      let (first, parent) = (edge.keys[0], edge.parent);
+      let removed = self.by_first.remove(hash32(first), e);
       debug_assert!(removed);
-      if let Some(t) = self.tokens.get_mut(n as usize) {
-        self.token_words -= t.len();
-        *t = Box::default();
+      self.edges[e as usize] = Edge::new(FREED, 0);
+      self.free_edges.push(e);
+      if parent == NONE {
+        return;
       }
-      self.nodes[n as usize] = Node::freed(self.free_head);
-      self.free_head = n;
-      self.free_len += 1;
-      if node.parent != NONE {
-        let p = &mut self.nodes[node.parent as usize];
-        p.child_nodes = self.wide_children.decr(p.child_nodes, node.parent);
+      let kids = &mut self.edges[parent as usize].kids;
+      if let Some(i) = kids.iter().position(|&k| k == e) {
+        kids.swap_remove(i);
       }
-      n = node.parent;
+      e = parent;
     }
   }
 
   fn remove(&mut self, slot: u32, block_hashes: &[u64]) {
-    // Take every block out of the engine map first (its buckets prefetched together), then
-    // prefetch the nodes they name and the key slots reclaim will probe; then remove the blocks
-    // in order. Equivalent to removing them one by one: a removal touches no other engine id.
-    let engine = &mut self.workers[slot as usize].engine;
+    let engine = &self.workers[slot as usize].engine;
     for &eh in block_hashes {
       engine.prefetch(eh);
     }
-    let mut nodes = std::mem::take(&mut self.scratch_nodes);
-    nodes.clear();
-    nodes.extend(
-      block_hashes
-        .iter()
-        .map(|&eh| engine.remove(eh).unwrap_or(NONE)),
-    );
-    for &n in nodes.iter().filter(|&&n| n != NONE) {
-      table::prefetch_read(std::ptr::addr_of!(self.nodes[n as usize]).cast());
-    }
-    for &n in nodes.iter().filter(|&&n| n != NONE) {
-      self.by_key.prefetch(hash32(self.nodes[n as usize].key));
-    }
-    for &n in &nodes {
-      if n == NONE {
+    for &eh in block_hashes {
+      if !self.remove_one(slot, eh) {
         self.drop_event(DropReason::UnknownRemoved, 1);
-      } else {
-        self.remove_node(slot, n);
       }
     }
-    self.scratch_nodes = nodes;
   }
 
   /// Removes engine id `eh` of the worker; false if it holds no such id.
   fn remove_one(&mut self, slot: u32, eh: u64) -> bool {
-    match self.workers[slot as usize].engine.remove(eh) {
-      Some(node) => {
-        self.remove_node(slot, node);
-        true
-      }
-      None => false,
-    }
-  }
-
-  /// Takes the worker out of `node`, whose engine id was just removed from its engine map.
-  fn remove_node(&mut self, slot: u32, node: u32) {
-    let Some(kids) = self.sets.remove(&mut self.nodes[node as usize], node, slot) else {
-      debug_assert!(false, "engine map and worker sets disagree");
-      return;
+    let Some(l) = self.workers[slot as usize].engine.remove(eh) else {
+      return false;
     };
+    let (e, o) = unloc(l);
+    let held = self.edges[e as usize].remove(o, slot);
+    debug_assert!(held, "engine map and holders disagree");
     self.memberships -= 1;
-    let w = &mut self.workers[slot as usize];
-    if kids > 0 {
-      w.unreachable += kids as u64;
-      if w.prefix_closed {
-        w.prefix_closed = false;
-        self.open_workers += 1;
-      }
-    }
-    let parent = self.nodes[node as usize].parent;
-    let parent_held = parent != NONE
-      && self
-        .sets
-        .bump_kids(&mut self.nodes[parent as usize], parent, slot, false);
-    let w = &mut self.workers[slot as usize];
-    if parent != NONE && !parent_held {
-      // This block was itself unreachable.
-      w.unreachable = w.unreachable.saturating_sub(1);
-    }
-    if !w.prefix_closed && w.unreachable == 0 {
-      // Its last unreachable block is gone: prefix-closed again (the count never falls below
-      // the blocks held without their parent, so none is left).
-      w.prefix_closed = true;
-      self.open_workers -= 1;
-    }
-    self.reclaim(node);
+    self.reclaim(e);
+    true
   }
 
   fn clear_slot(&mut self, slot: u32) {
     let engine = std::mem::take(&mut self.workers[slot as usize].engine);
-    for (_, node) in engine.iter() {
-      if self
-        .sets
-        .remove(&mut self.nodes[node as usize], node, slot)
-        .is_some()
-      {
-        self.memberships -= 1;
-      }
+    let mut touched: Vec<u32> = engine.iter().map(|(_, l)| unloc(l).0).collect();
+    touched.sort_unstable();
+    touched.dedup();
+    for &e in &touched {
+      self.edges[e as usize].remove_all(slot);
     }
-    for (_, node) in engine.iter() {
-      self.reclaim(node);
+    self.memberships -= engine.len() as u64;
+    for &e in &touched {
+      self.reclaim(e);
     }
-    let w = &mut self.workers[slot as usize];
-    if !w.prefix_closed {
-      self.open_workers -= 1;
-    }
-    w.prefix_closed = true;
-    w.needs_recovery = false;
-    w.unreachable = 0;
+    self.workers[slot as usize].needs_recovery = false;
   }
 
   /// Whether a worker dropped events (unknown parent, unsupported layout) and needs recovery.
@@ -582,22 +571,46 @@ impl Index {
       .map_or(0, |&s| self.workers[s as usize].engine.len() as u64)
   }
 
+  /// Per worker, the blocks it holds without their parent (an inner removal orphaned them):
+  /// only the first block of a span can be one.
+  fn unreachable(&self) -> Vec<u64> {
+    let mut out = vec![0u64; self.workers.len()];
+    for edge in self.edges.iter().filter(|e| e.parent != FREED) {
+      for (si, span) in edge.spans.iter().enumerate() {
+        let before: &[u32] = if si > 0 {
+          &edge.spans[si - 1].holders
+        } else if edge.parent != NONE {
+          self.edges[edge.parent as usize].holders_at(edge.parent_off)
+        } else {
+          continue;
+        };
+        for &h in span.holders.iter() {
+          if before.binary_search(&h).is_err() {
+            out[h as usize] += 1;
+          }
+        }
+      }
+    }
+    out
+  }
+
   pub fn stats(&self) -> IndexStats {
-    let node_bytes = self.nodes.capacity() * std::mem::size_of::<Node>()
-      + self.wide_children.bytes()
-      + self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
+    let edge_bytes = self.edges.capacity() * std::mem::size_of::<Edge>()
+      + self.edges.iter().map(Edge::bytes).sum::<usize>()
+      + self.free_edges.capacity() * 4
       + self.token_words * 4;
     let worker_bytes: usize = self
       .workers
       .iter()
       .map(|w| w.engine.bytes() + std::mem::size_of::<WorkerState>())
       .sum();
+    let unreachable = self.unreachable();
     IndexStats {
-      blocks: (self.nodes.len() - self.free_len as usize) as u64,
+      blocks: self.blocks,
       token_bytes: (self.token_words * 4) as u64,
       memberships: self.memberships,
       workers: self.workers.len() as u64,
-      bytes: (node_bytes + worker_bytes + self.by_key.bytes() + self.sets.bytes()) as u64,
+      bytes: (edge_bytes + worker_bytes + self.by_first.bytes()) as u64,
       drops: DropReason::ALL
         .iter()
         .map(|&r| (r, self.drops[r as usize]))
@@ -605,10 +618,11 @@ impl Index {
       per_worker: self
         .workers
         .iter()
-        .map(|w| WorkerStats {
+        .zip(unreachable)
+        .map(|(w, unreachable_blocks)| WorkerStats {
           worker: w.key,
           blocks: w.engine.len() as u64,
-          unreachable_blocks: w.unreachable,
+          unreachable_blocks,
           needs_recovery: w.needs_recovery,
         })
         .collect(),

@@ -11,7 +11,7 @@
 //! full bucket picks an entry to move by reading only those bytes: the move itself is a write,
 //! which the CPU does not wait for. Entries are kept at the front of each bucket.
 //!
-//! `U64Map` holds u64 keys with u32 values (5 per bucket). `TagMap` holds only a 32-bit hash tag
+//! `U64Map` holds u64 keys with u32 values (5 per bucket), `LocMap` u64 keys with u64 values (4). `TagMap` holds only a 32-bit hash tag
 //! and a u32 value (8 per bucket): the caller keeps the key with the value (the index keeps it in
 //! the node) and confirms a tag match with `eq`.
 
@@ -466,6 +466,86 @@ impl U64Map {
 
   pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
     self.raw.iter().map(|s| (s.key, s.val))
+  }
+
+  /// Heap bytes held.
+  pub fn bytes(&self) -> usize {
+    self.raw.bytes()
+  }
+}
+
+/// An entry of `LocMap`: the location's high half is never `u32::MAX` (it is an edge id).
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct LocSlot {
+  key: u64,
+  loc: u64,
+}
+
+impl Entry for LocSlot {
+  const VACANT: Self = LocSlot {
+    key: 0,
+    loc: u64::MAX,
+  };
+  #[inline(always)]
+  fn val(&self) -> u32 {
+    (self.loc >> 32) as u32
+  }
+  #[inline(always)]
+  fn hash(&self) -> u32 {
+    hash32(self.key)
+  }
+}
+
+/// u64 -> u64 map whose values' high halves are below `u32::MAX`: 16-byte entries, 4 per
+/// bucket. A worker's engine ids to the locations of its blocks.
+#[derive(Default)]
+pub struct LocMap {
+  raw: Raw<LocSlot, 4>,
+}
+
+impl LocMap {
+  #[inline(always)]
+  pub fn prefetch(&self, key: u64) {
+    self.raw.prefetch(hash32(key));
+  }
+
+  #[inline(always)]
+  fn find(&self, key: u64) -> Option<(usize, usize)> {
+    self.raw.find(hash32(key), |s| s.key == key)
+  }
+
+  #[inline]
+  pub fn get(&self, key: u64) -> Option<u64> {
+    self.find(key).map(|(b, i)| self.raw.at(b, i).loc)
+  }
+
+  /// Inserts `key`, which the caller knows is absent.
+  #[inline]
+  pub fn insert_absent(&mut self, key: u64, loc: u64) {
+    debug_assert_ne!((loc >> 32) as u32, EMPTY);
+    debug_assert!(self.find(key).is_none(), "insert_absent of a present key");
+    self.raw.insert_new(LocSlot { key, loc });
+  }
+
+  #[inline]
+  pub fn remove(&mut self, key: u64) -> Option<u64> {
+    let (b, i) = self.find(key)?;
+    let loc = self.raw.at(b, i).loc;
+    self.raw.remove_at(b, i);
+    Some(loc)
+  }
+
+  pub fn len(&self) -> usize {
+    self.raw.len
+  }
+
+  pub fn is_empty(&self) -> bool {
+    self.raw.len == 0
+  }
+
+  pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+    self.raw.iter().map(|s| (s.key, s.loc))
   }
 
   /// Heap bytes held.

@@ -1,0 +1,282 @@
+//! Edges: chains of blocks stored together (docs/architecture.md#index-layout).
+//!
+//! An edge holds the keys of consecutive blocks of one chain side by side, each block the
+//! parent of the next. An edge hangs from a block of another edge (any block, not only the
+//! last), or is a root. Which workers hold its blocks is kept as spans: from a span's start up
+//! to the next span, every block has the same holders. So a block costs its key where it is
+//! stored, and a worker joining or leaving a run of blocks changes a span or two.
+
+/// No edge.
+pub(super) const NONE: u32 = u32::MAX;
+/// `parent` of an edge on the free list.
+pub(super) const FREED: u32 = u32::MAX - 1;
+
+/// Blocks `start..` (up to the next span) and the worker slots holding each of them, sorted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Span {
+  pub start: u32,
+  pub holders: Box<[u32]>,
+}
+
+#[derive(Debug)]
+pub(super) struct Edge {
+  /// The blocks' keys, root side first.
+  pub keys: Vec<u64>,
+  /// Holders along the edge; `spans[0].start == 0` while the edge has keys.
+  pub spans: Vec<Span>,
+  /// Edges hanging from this one's blocks.
+  pub kids: Vec<u32>,
+  /// Per block, when tokens are retained.
+  pub tokens: Vec<Box<[u32]>>,
+  /// The edge this one hangs from (`NONE` for a root, `FREED` on the free list).
+  pub parent: u32,
+  /// The block of `parent` it hangs from.
+  pub parent_off: u32,
+}
+
+/// A block's location: edge id in the high half, offset in the low half.
+#[inline(always)]
+pub(super) fn loc(edge: u32, off: u32) -> u64 {
+  ((edge as u64) << 32) | off as u64
+}
+
+#[inline(always)]
+pub(super) fn unloc(l: u64) -> (u32, u32) {
+  ((l >> 32) as u32, l as u32)
+}
+
+impl Edge {
+  pub fn new(parent: u32, parent_off: u32) -> Edge {
+    Edge {
+      keys: Vec::new(),
+      spans: Vec::new(),
+      kids: Vec::new(),
+      tokens: Vec::new(),
+      parent,
+      parent_off,
+    }
+  }
+
+  pub fn len(&self) -> usize {
+    self.keys.len()
+  }
+
+  /// The span holding block `i`.
+  #[inline]
+  pub fn span_at(&self, i: u32) -> usize {
+    self.spans.partition_point(|s| s.start <= i) - 1
+  }
+
+  #[inline]
+  pub fn holders_at(&self, i: u32) -> &[u32] {
+    &self.spans[self.span_at(i)].holders
+  }
+
+  #[inline]
+  pub fn holds(&self, i: u32, slot: u32) -> bool {
+    self.holders_at(i).binary_search(&slot).is_ok()
+  }
+
+  /// Where the span after `si` starts (the edge's end for the last).
+  #[inline]
+  pub fn span_end(&self, si: usize) -> usize {
+    self
+      .spans
+      .get(si + 1)
+      .map_or(self.keys.len(), |s| s.start as usize)
+  }
+
+  /// Appends a block held by `slot` alone.
+  pub fn push(&mut self, key: u64, tokens: Option<&[u32]>, slot: u32) {
+    let i = self.keys.len() as u32;
+    self.keys.push(key);
+    if let Some(t) = tokens {
+      self.tokens.push(t.into());
+    }
+    if self.spans.last().is_none_or(|s| *s.holders != [slot]) {
+      self.spans.push(Span {
+        start: i,
+        holders: Box::new([slot]),
+      });
+    }
+  }
+
+  /// Makes a span start at `i` (`i < len`); returns its index.
+  fn split(&mut self, i: u32) -> usize {
+    let si = self.span_at(i);
+    if self.spans[si].start == i {
+      return si;
+    }
+    let holders = self.spans[si].holders.clone();
+    self.spans.insert(si + 1, Span { start: i, holders });
+    si + 1
+  }
+
+  /// Joins spans `lo..=hi` with equal neighbours.
+  fn merge(&mut self, lo: usize, hi: usize) {
+    let hi = hi.min(self.spans.len() - 1);
+    for k in (lo.max(1)..=hi).rev() {
+      if self.spans[k].holders == self.spans[k - 1].holders {
+        self.spans.remove(k);
+      }
+    }
+  }
+
+  /// Adds `slot` to blocks `a..b`, none of which it holds.
+  pub fn add(&mut self, a: u32, b: u32, slot: u32) {
+    debug_assert!(a < b && b as usize <= self.keys.len());
+    let sa = self.split(a);
+    let sb = if (b as usize) < self.keys.len() {
+      self.split(b)
+    } else {
+      self.spans.len()
+    };
+    for s in &mut self.spans[sa..sb] {
+      s.holders = with(&s.holders, slot);
+    }
+    self.merge(sa, sb);
+  }
+
+  /// Takes `slot` out of block `i`; false if it did not hold it.
+  pub fn remove(&mut self, i: u32, slot: u32) -> bool {
+    if !self.holds(i, slot) {
+      return false;
+    }
+    let si = self.split(i);
+    if (i as usize) + 1 < self.keys.len() {
+      self.split(i + 1);
+    }
+    self.spans[si].holders = without(&self.spans[si].holders, slot);
+    self.merge(si, si + 1);
+    true
+  }
+
+  /// Takes `slot` out of every block.
+  pub fn remove_all(&mut self, slot: u32) {
+    for s in &mut self.spans {
+      if s.holders.binary_search(&slot).is_ok() {
+        s.holders = without(&s.holders, slot);
+      }
+    }
+    let n = self.spans.len();
+    if n > 0 {
+      self.merge(1, n - 1);
+    }
+  }
+
+  /// Where the blocks no worker holds and nothing hangs from begin at the edge's end: the
+  /// length it can be cut to.
+  pub fn kept_len(&self, edges: &[Edge]) -> usize {
+    let Some(last) = self.spans.last() else {
+      return 0;
+    };
+    if !last.holders.is_empty() {
+      return self.keys.len();
+    }
+    let hung = self
+      .kids
+      .iter()
+      .map(|&k| edges[k as usize].parent_off as usize + 1)
+      .max()
+      .unwrap_or(0);
+    (last.start as usize).max(hung)
+  }
+
+  /// Cuts the edge to `len` blocks.
+  pub fn truncate(&mut self, len: usize) {
+    self.keys.truncate(len);
+    self.tokens.truncate(len);
+    let keep = self.spans.partition_point(|s| (s.start as usize) < len);
+    self.spans.truncate(keep);
+  }
+
+  pub fn bytes(&self) -> usize {
+    self.keys.capacity() * 8
+      + self.spans.capacity() * std::mem::size_of::<Span>()
+      + self
+        .spans
+        .iter()
+        .map(|s| s.holders.len() * 4)
+        .sum::<usize>()
+      + self.kids.capacity() * 4
+      + self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
+  }
+}
+
+/// `set` (sorted) with `slot` added.
+fn with(set: &[u32], slot: u32) -> Box<[u32]> {
+  let at = set.partition_point(|&s| s < slot);
+  let mut v = Vec::with_capacity(set.len() + 1);
+  v.extend_from_slice(&set[..at]);
+  v.push(slot);
+  v.extend_from_slice(&set[at..]);
+  v.into_boxed_slice()
+}
+
+/// `set` (sorted) without `slot`.
+fn without(set: &[u32], slot: u32) -> Box<[u32]> {
+  set.iter().copied().filter(|&s| s != slot).collect()
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  fn holders(e: &Edge) -> Vec<Vec<u32>> {
+    (0..e.len() as u32)
+      .map(|i| e.holders_at(i).to_vec())
+      .collect()
+  }
+
+  #[test]
+  fn spans_follow_joins_and_leaves_and_stay_merged() {
+    let mut e = Edge::new(NONE, 0);
+    for k in 0..6 {
+      e.push(k, None, 1);
+    }
+    assert_eq!(e.spans.len(), 1);
+    e.add(0, 3, 2);
+    e.add(2, 5, 3);
+    assert_eq!(
+      holders(&e),
+      vec![
+        vec![1, 2],
+        vec![1, 2],
+        vec![1, 2, 3],
+        vec![1, 3],
+        vec![1, 3],
+        vec![1]
+      ]
+    );
+    assert_eq!(e.spans.len(), 4);
+    assert!(e.remove(2, 3));
+    assert!(!e.remove(2, 3));
+    assert_eq!(e.spans.len(), 3);
+    assert!(e.remove(2, 2));
+    assert_eq!(holders(&e)[..3], [vec![1, 2], vec![1, 2], vec![1]]);
+    e.remove_all(1);
+    e.remove_all(3);
+    e.remove_all(2);
+    assert_eq!(e.spans.len(), 1);
+    assert_eq!(e.kept_len(&[]), 0);
+  }
+
+  #[test]
+  fn appended_blocks_join_their_holders_run() {
+    let mut e = Edge::new(NONE, 0);
+    for k in 1..100 {
+      e.push(k, None, 7);
+    }
+    assert_eq!(e.spans.len(), 1);
+    e.remove(98, 7);
+    assert_eq!(e.kept_len(&[]), 98);
+    e.truncate(98);
+    e.push(99, None, 8);
+    e.push(100, None, 8);
+    assert_eq!(e.spans.len(), 2);
+    e.remove(99, 8);
+    assert_eq!(e.kept_len(&[]), 99);
+    e.truncate(99);
+    assert_eq!((e.len(), e.spans.len()), (99, 2));
+  }
+}
