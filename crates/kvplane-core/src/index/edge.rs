@@ -16,6 +16,9 @@ pub(super) const FREED: u32 = u32::MAX - 1;
 pub(super) struct Span {
   pub start: u32,
   pub holders: Box<[u32]>,
+  /// The previous span's holders that are not holders here, sorted (empty for the first): a
+  /// walk down the edge that matched the previous span loses exactly these.
+  pub left: Box<[u32]>,
 }
 
 #[derive(Debug)]
@@ -97,7 +100,9 @@ impl Edge {
       self.spans.push(Span {
         start: i,
         holders: Box::new([slot]),
+        left: Box::default(),
       });
+      self.relink(self.spans.len() - 1, self.spans.len() - 1);
     }
   }
 
@@ -108,11 +113,38 @@ impl Edge {
       return si;
     }
     let holders = self.spans[si].holders.clone();
-    self.spans.insert(si + 1, Span { start: i, holders });
+    self.spans.insert(
+      si + 1,
+      Span {
+        start: i,
+        holders,
+        left: Box::default(),
+      },
+    );
     si + 1
   }
 
-  /// Joins spans `lo..=hi` with equal neighbours.
+  /// Whether every span's `left` is what it says (debug checks).
+  fn left_ok(&self) -> bool {
+    (0..self.spans.len()).all(|k| {
+      k == 0 && self.spans[0].left.is_empty()
+        || k > 0 && self.spans[k].left == minus(&self.spans[k - 1].holders, &self.spans[k].holders)
+    })
+  }
+
+  /// Recomputes `left` of spans `lo..=hi` (those past the end are skipped).
+  fn relink(&mut self, lo: usize, hi: usize) {
+    for k in lo..=hi.min(self.spans.len().saturating_sub(1)) {
+      self.spans[k].left = if k == 0 {
+        Box::default()
+      } else {
+        minus(&self.spans[k - 1].holders, &self.spans[k].holders)
+      };
+    }
+  }
+
+  /// Joins spans `lo..=hi` with equal neighbours (a span equal to the one before has no `left`,
+  /// and the next one's `left` is the same against either).
   fn merge(&mut self, lo: usize, hi: usize) {
     let hi = hi.min(self.spans.len() - 1);
     for k in (lo.max(1)..=hi).rev() {
@@ -134,7 +166,9 @@ impl Edge {
     for s in &mut self.spans[sa..sb] {
       s.holders = with(&s.holders, slot);
     }
+    self.relink(sa, sb);
     self.merge(sa, sb);
+    debug_assert!(self.left_ok());
   }
 
   /// Takes `slot` out of block `i`; false if it did not hold it.
@@ -147,7 +181,9 @@ impl Edge {
       self.split(i + 1);
     }
     self.spans[si].holders = without(&self.spans[si].holders, slot);
+    self.relink(si, si + 1);
     self.merge(si, si + 1);
+    debug_assert!(self.left_ok());
     true
   }
 
@@ -160,8 +196,10 @@ impl Edge {
     }
     let n = self.spans.len();
     if n > 0 {
+      self.relink(0, n - 1);
       self.merge(1, n - 1);
     }
+    debug_assert!(self.left_ok());
   }
 
   /// Where the blocks no worker holds and nothing hangs from begin at the edge's end: the
@@ -213,6 +251,21 @@ fn with(set: &[u32], slot: u32) -> Box<[u32]> {
   v.into_boxed_slice()
 }
 
+/// `a` without the members of `b` (both sorted).
+fn minus(a: &[u32], b: &[u32]) -> Box<[u32]> {
+  let mut j = 0;
+  let mut out = Vec::new();
+  for &x in a {
+    while j < b.len() && b[j] < x {
+      j += 1;
+    }
+    if j == b.len() || b[j] != x {
+      out.push(x);
+    }
+  }
+  out.into_boxed_slice()
+}
+
 /// `set` (sorted) without `slot`.
 fn without(set: &[u32], slot: u32) -> Box<[u32]> {
   set.iter().copied().filter(|&s| s != slot).collect()
@@ -222,7 +275,25 @@ fn without(set: &[u32], slot: u32) -> Box<[u32]> {
 mod tests {
   use super::*;
 
+  /// Every span's `left` is what it says.
+  fn check_left(e: &Edge) {
+    for k in 0..e.spans.len() {
+      let want: Vec<u32> = if k == 0 {
+        vec![]
+      } else {
+        e.spans[k - 1]
+          .holders
+          .iter()
+          .copied()
+          .filter(|h| !e.spans[k].holders.contains(h))
+          .collect()
+      };
+      assert_eq!(&*e.spans[k].left, &want[..], "span {k}");
+    }
+  }
+
   fn holders(e: &Edge) -> Vec<Vec<u32>> {
+    check_left(e);
     (0..e.len() as u32)
       .map(|i| e.holders_at(i).to_vec())
       .collect()

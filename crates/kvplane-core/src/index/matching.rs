@@ -8,6 +8,7 @@
 //! matches.
 
 use super::edge::Edge;
+use super::table::prefetch_read;
 use super::{Index, Pos, WorkerKey};
 
 #[derive(Debug, Clone, Default)]
@@ -32,43 +33,110 @@ pub struct Matches {
 struct Scratch {
   /// Score per worker slot.
   score: Vec<u32>,
-  /// The workers still matching, by slot, and the next ones.
-  alive: Vec<u32>,
-  next: Vec<u32>,
+  /// Bit per worker slot: still matching.
+  alive: Vec<u64>,
+  /// Bit per worker slot: holds the block just reached.
+  held: Vec<u64>,
 }
 
 thread_local! {
   static SCRATCH: std::cell::Cell<Scratch> = std::cell::Cell::new(Scratch::default());
 }
 
-/// Keeps in `alive` the slots that are in `holders` (both sorted) and scores the others `depth`.
-#[inline]
-fn narrow(
-  alive: &mut Vec<u32>,
-  next: &mut Vec<u32>,
-  holders: &[u32],
-  depth: u32,
-  score: &mut [u32],
-) {
-  next.clear();
-  let mut h = 0;
-  for &s in alive.iter() {
-    while h < holders.len() && holders[h] < s {
-      h += 1;
-    }
-    if h < holders.len() && holders[h] == s {
-      next.push(s);
-    } else {
-      score[s as usize] = depth;
-    }
-  }
-  std::mem::swap(alive, next);
+/// The workers still matching, as bits by slot over the words `lo..hi`.
+struct Alive {
+  bits: Vec<u64>,
+  held: Vec<u64>,
+  lo: usize,
+  hi: usize,
+  count: u32,
 }
 
-/// How many keys of `a` and `b` are equal from the start.
+impl Alive {
+  /// Takes out the workers of `left` (the previous span's holders not holding this one): they
+  /// matched `depth` blocks.
+  #[inline]
+  fn drop_left(&mut self, left: &[u32], depth: u32, score: &mut [u32]) {
+    for &s in left {
+      let (w, bit) = ((s >> 6) as usize, 1u64 << (s & 63));
+      if self.bits[w] & bit != 0 {
+        self.bits[w] &= !bit;
+        self.count -= 1;
+        score[s as usize] = depth;
+      }
+    }
+  }
+
+  /// Keeps the workers in `holders` (sorted slots); the others matched `depth` blocks.
+  #[inline]
+  fn narrow(&mut self, holders: &[u32], depth: u32, score: &mut [u32]) {
+    let (lo, hi) = (self.lo, self.hi);
+    self.held[lo..hi].fill(0);
+    // A word's bits are gathered in a register (an OR into memory per holder would wait for the
+    // previous one's store).
+    let mut i = holders.partition_point(|&h| ((h >> 6) as usize) < lo);
+    while i < holders.len() {
+      let w = (holders[i] >> 6) as usize;
+      if w >= hi {
+        break;
+      }
+      let mut word = 0u64;
+      while i < holders.len() && (holders[i] >> 6) as usize == w {
+        word |= 1 << (holders[i] & 63);
+        i += 1;
+      }
+      self.held[w] = word;
+    }
+    let mut count = 0;
+    for w in lo..hi {
+      let mut left = self.bits[w] & !self.held[w];
+      self.bits[w] &= self.held[w];
+      count += self.bits[w].count_ones();
+      while left != 0 {
+        score[w * 64 + left.trailing_zeros() as usize] = depth;
+        left &= left - 1;
+      }
+    }
+    self.count = count;
+    // Narrow the word range to the words with workers left.
+    while self.lo < self.hi && self.bits[self.lo] == 0 {
+      self.lo += 1;
+    }
+    while self.hi > self.lo && self.bits[self.hi - 1] == 0 {
+      self.hi -= 1;
+    }
+  }
+}
+
+/// How many spans ahead of the walk their `left` is fetched: each span's `left` is an
+/// allocation of their own, a cache miss when the walk reaches it, and the keys of a span are
+/// compared in less time than a miss takes.
+const AHEAD: usize = 4;
+
+#[inline(always)]
+fn prefetch_left(edge: &Edge, si: usize) {
+  if let Some(s) = edge.spans.get(si) {
+    prefetch_read(s.left.as_ptr().cast());
+  }
+}
+
+/// How many keys of `a` and `b` are equal from the start (four at a time while they are).
 #[inline]
 fn common(a: &[u64], b: &[u64]) -> usize {
-  a.iter().zip(b).take_while(|(x, y)| x == y).count()
+  let n = a.len().min(b.len());
+  let (a, b) = (&a[..n], &b[..n]);
+  let mut i = 0;
+  while i + 4 <= n {
+    let d = (a[i] ^ b[i]) | (a[i + 1] ^ b[i + 1]) | (a[i + 2] ^ b[i + 2]) | (a[i + 3] ^ b[i + 3]);
+    if d != 0 {
+      break;
+    }
+    i += 4;
+  }
+  while i < n && a[i] == b[i] {
+    i += 1;
+  }
+  i
 }
 
 impl Index {
@@ -92,28 +160,47 @@ impl Index {
     };
     let Scratch {
       mut score,
-      mut alive,
-      mut next,
+      alive: bits,
+      held,
     } = SCRATCH.take();
     score.clear();
     score.resize(self.workers.len(), 0);
-    alive.clear();
     let mut edge = &self.edges[first as usize];
-    alive.extend_from_slice(&edge.spans[0].holders);
+    let mut answered: Vec<u32> = edge.spans[0].holders.to_vec();
     if let Some(ws) = &opts.workers {
       let mut wanted: Vec<u32> = ws
         .iter()
         .filter_map(|w| self.slots.get(w).copied())
         .collect();
       wanted.sort_unstable();
-      alive.retain(|s| wanted.binary_search(s).is_ok());
+      answered.retain(|s| wanted.binary_search(s).is_ok());
     }
-    let answered = alive.clone();
-    // The walk is at block `i` of `edge`, request position `d`, inside span `si`; `alive` holds
-    // blocks 0..=d.
+    let words = self.workers.len().div_ceil(64);
+    let mut alive = Alive {
+      bits,
+      held,
+      lo: 0,
+      hi: 0,
+      count: answered.len() as u32,
+    };
+    alive.bits.clear();
+    alive.bits.resize(words, 0);
+    alive.held.clear();
+    alive.held.resize(words, 0);
+    if let (Some(&a), Some(&b)) = (answered.first(), answered.last()) {
+      (alive.lo, alive.hi) = ((a >> 6) as usize, (b >> 6) as usize + 1);
+    }
+    for &s in &answered {
+      alive.bits[(s >> 6) as usize] |= 1 << (s & 63);
+    }
+    // The walk is at block `i` of `edge`, request position `d`, inside span `si`; the workers in
+    // `alive` hold blocks 0..=d.
     let (mut i, mut d, mut si) = (0usize, 0usize, 0usize);
     let n = seqs.len();
-    while !alive.is_empty() && !(opts.early_exit && alive.len() <= 1) {
+    for k in 1..=AHEAD {
+      prefetch_left(edge, k);
+    }
+    while alive.count > 0 && !(opts.early_exit && alive.count <= 1) {
       // Along the span, as far as the request follows it.
       let end = edge.span_end(si);
       let m = common(&edge.keys[i + 1..end], &seqs[d + 1..]);
@@ -127,25 +214,40 @@ impl Index {
         // The next span of this edge.
         si += 1;
         i += 1;
+        prefetch_left(edge, si + AHEAD);
       } else {
         let Some(e) = self.edge_of_first(key) else {
           break;
         };
         (edge, si, i) = (&self.edges[e as usize], 0, 0);
+        for k in 1..=AHEAD {
+          prefetch_left(edge, k);
+        }
       }
-      let holders = &edge.spans[si].holders;
       d += 1;
-      narrow(&mut alive, &mut next, holders, d as u32, &mut score);
+      if si == 0 {
+        alive.narrow(&edge.spans[0].holders, d as u32, &mut score);
+      } else {
+        alive.drop_left(&edge.spans[si].left, d as u32, &mut score);
+      }
     }
-    for &s in &alive {
-      score[s as usize] = d as u32 + 1;
+    for w in alive.lo..alive.hi {
+      let mut left = alive.bits[w];
+      while left != 0 {
+        score[w * 64 + left.trailing_zeros() as usize] = d as u32 + 1;
+        left &= left - 1;
+      }
     }
     for &s in &answered {
       let w = &self.workers[s as usize];
       out.scores.push((w.key, score[s as usize]));
       out.tree_sizes.push((w.key, w.engine.len() as u64));
     }
-    SCRATCH.set(Scratch { score, alive, next });
+    SCRATCH.set(Scratch {
+      score,
+      alive: alive.bits,
+      held: alive.held,
+    });
     out
   }
 
