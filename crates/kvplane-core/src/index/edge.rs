@@ -27,8 +27,8 @@ pub(super) struct Edge {
   pub keys: Vec<u64>,
   /// Holders along the edge; `spans[0].start == 0` while the edge has keys.
   pub spans: Vec<Span>,
-  /// Edges hanging from this one's blocks.
-  pub kids: Vec<u32>,
+  /// Edges hanging from this one's blocks: (the block's offset, the edge).
+  pub kids: Vec<(u32, u32)>,
   /// Per block, when tokens are retained.
   pub tokens: Vec<Box<[u32]>>,
   /// The edge this one hangs from (`NONE` for a root, `FREED` on the free list).
@@ -204,7 +204,7 @@ impl Edge {
 
   /// Where the blocks no worker holds and nothing hangs from begin at the edge's end: the
   /// length it can be cut to.
-  pub fn kept_len(&self, edges: &[Edge]) -> usize {
+  pub fn kept_len(&self) -> usize {
     let Some(last) = self.spans.last() else {
       return 0;
     };
@@ -214,10 +214,16 @@ impl Edge {
     let hung = self
       .kids
       .iter()
-      .map(|&k| edges[k as usize].parent_off as usize + 1)
+      .map(|&(off, _)| off as usize + 1)
       .max()
       .unwrap_or(0);
     (last.start as usize).max(hung)
+  }
+
+  /// Whether an edge hangs from block `off`.
+  #[inline]
+  pub fn hung_at(&self, off: u32) -> bool {
+    self.kids.iter().any(|&(o, _)| o == off)
   }
 
   /// Cuts the edge to `len` blocks.
@@ -236,7 +242,7 @@ impl Edge {
         .iter()
         .map(|s| s.holders.len() * 4)
         .sum::<usize>()
-      + self.kids.capacity() * 4
+      + self.kids.capacity() * 8
       + self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
   }
 }
@@ -329,7 +335,7 @@ mod tests {
     e.remove_all(3);
     e.remove_all(2);
     assert_eq!(e.spans.len(), 1);
-    assert_eq!(e.kept_len(&[]), 0);
+    assert_eq!(e.kept_len(), 0);
   }
 
   #[test]
@@ -340,13 +346,13 @@ mod tests {
     }
     assert_eq!(e.spans.len(), 1);
     e.remove(98, 7);
-    assert_eq!(e.kept_len(&[]), 98);
+    assert_eq!(e.kept_len(), 98);
     e.truncate(98);
     e.push(99, None, 8);
     e.push(100, None, 8);
     assert_eq!(e.spans.len(), 2);
     e.remove(99, 8);
-    assert_eq!(e.kept_len(&[]), 99);
+    assert_eq!(e.kept_len(), 99);
     e.truncate(99);
     assert_eq!((e.len(), e.spans.len()), (99, 2));
   }

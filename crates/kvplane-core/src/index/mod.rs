@@ -170,6 +170,8 @@ pub struct Index {
   /// The slot `slot()` found last.
   last_slot: Option<(WorkerKey, u32)>,
   memberships: u64,
+  /// Root edges stored after a parent held in another tier (`store_chained`), ever.
+  tier_roots: u64,
   drops: [u64; 4],
   /// Reused buffer of `store`.
   scratch_keys: Vec<u64>,
@@ -191,6 +193,7 @@ impl Index {
       slots: HashMap::new(),
       last_slot: None,
       memberships: 0,
+      tier_roots: 0,
       drops: [0; 4],
       scratch_keys: Vec::new(),
     }
@@ -308,6 +311,23 @@ impl Index {
     self.edge_of_first(key).map(|f| (f, 0))
   }
 
+  /// `find_child` for a block being stored. A chained key follows one parent, so a block
+  /// that is not the next of `cur`'s edge can only start an edge hanging from `cur`, or be a root
+  /// stored after a parent in another tier: without either, no lookup is needed.
+  #[inline]
+  fn child_for_store(&self, cur: Option<Pos>, key: u64) -> Option<Pos> {
+    if let Some((e, o)) = cur {
+      let edge = &self.edges[e as usize];
+      if edge.keys.get(o as usize + 1) == Some(&key) {
+        return Some((e, o + 1));
+      }
+      if self.tier_roots == 0 && !edge.hung_at(o) {
+        return None;
+      }
+    }
+    self.edge_of_first(key).map(|f| (f, 0))
+  }
+
   fn store(
     &mut self,
     slot: u32,
@@ -391,7 +411,7 @@ impl Index {
           }
         }
       }
-      let pos = match self.find_child(cur, key) {
+      let pos = match self.child_for_store(cur, key) {
         Some((e, o)) => {
           if self.edges[e as usize].holds(o, slot) {
             // The worker already holds this block under another engine id: one membership, one
@@ -426,6 +446,10 @@ impl Index {
               (e, o + 1)
             }
             _ => {
+              if cur.is_none() && (i > 0 || prev_key.is_some()) {
+                // A root whose key chains a parent (after a parent in another tier).
+                self.tier_roots += 1;
+              }
               let f = self.new_edge(cur);
               self.edges[f as usize].push(key, tokens, slot);
               let edges = &self.edges;
@@ -473,7 +497,7 @@ impl Index {
       }
     };
     if p != NONE {
-      self.edges[p as usize].kids.push(id);
+      self.edges[p as usize].kids.push((off, id));
     }
     id
   }
@@ -486,7 +510,7 @@ impl Index {
       if edge.parent == FREED {
         return;
       }
-      let kept = edge.kept_len(&self.edges);
+      let kept = edge.kept_len();
       let len = edge.len();
       if kept >= len {
         return;
@@ -509,7 +533,7 @@ impl Index {
         return;
       }
       let kids = &mut self.edges[parent as usize].kids;
-      if let Some(i) = kids.iter().position(|&k| k == e) {
+      if let Some(i) = kids.iter().position(|&(_, k)| k == e) {
         kids.swap_remove(i);
       }
       e = parent;

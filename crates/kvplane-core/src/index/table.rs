@@ -128,9 +128,16 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   fn prefetch(&self, h: u32) {
     if !self.buckets.is_empty() {
       let (a, b) = self.probe(h);
-      prefetch_read(self.buckets.as_ptr().wrapping_add(a).cast());
+      let line = |bi: usize| {
+        let p: *const u8 = self.buckets.as_ptr().wrapping_add(bi).cast();
+        prefetch_read(p);
+        if std::mem::size_of::<Bucket<E, N>>() > 64 {
+          prefetch_read(p.wrapping_add(64));
+        }
+      };
+      line(a);
       if let Some(b) = b {
-        prefetch_read(self.buckets.as_ptr().wrapping_add(b).cast());
+        line(b);
       }
     }
   }
@@ -501,7 +508,7 @@ impl Entry for LocSlot {
 /// bucket. A worker's engine ids to the locations of its blocks.
 #[derive(Default)]
 pub struct LocMap {
-  raw: Raw<LocSlot, 4>,
+  raw: Raw<LocSlot, 8>,
 }
 
 impl LocMap {
