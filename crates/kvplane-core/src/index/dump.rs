@@ -5,7 +5,7 @@
 //! Per worker, the tree is walked from the roots along the edges and the spans it holds; its
 //! engine ids are found in its blocks sorted by location.
 
-use super::edge::{loc, FREED, NONE};
+use super::edge::{loc, NONE};
 use super::{Index, Pos, WorkerKey};
 use crate::event::StoredEvent;
 
@@ -33,23 +33,14 @@ impl Index {
 
   /// A consistent snapshot of the index (the caller holds it exclusively while dumping).
   pub fn dump(&self) -> Vec<WorkerDump> {
-    // Per edge, the edges hanging from it by (offset, first key); and the roots by first key.
-    let mut hung: Vec<Vec<(u32, u64, u32)>> = vec![Vec::new(); self.edges.len()];
+    // The roots, by first key.
     let mut roots: Vec<(u64, u32)> = Vec::new();
     for (id, edge) in self.edges.iter().enumerate() {
-      if edge.parent == FREED {
-        continue;
-      }
       if edge.parent == NONE {
         roots.push((edge.keys[0], id as u32));
-      } else {
-        hung[edge.parent as usize].push((edge.parent_off, edge.keys[0], id as u32));
       }
     }
     roots.sort_unstable();
-    for h in &mut hung {
-      h.sort_unstable();
-    }
     let mut out = Vec::new();
     let mut held: Vec<(u64, u64)> = Vec::new();
     let mut children: Vec<Pos> = Vec::new();
@@ -92,9 +83,9 @@ impl Index {
           if (o as usize + 1) < self.edges[e as usize].len() && holds((e, o + 1)) {
             children.push((e, o + 1));
           }
-          let kids = &hung[e as usize];
-          let from = kids.partition_point(|&(off, _, _)| off < o);
-          for &(off, _, k) in &kids[from..] {
+          let kids = &self.edges[e as usize].kids;
+          let from = kids.partition_point(|&(off, _)| off < o);
+          for &(off, k) in &kids[from..] {
             if off != o {
               break;
             }

@@ -27,7 +27,8 @@ pub(super) struct Edge {
   pub keys: Vec<u64>,
   /// Holders along the edge; `spans[0].start == 0` while the edge has keys.
   pub spans: Vec<Span>,
-  /// Edges hanging from this one's blocks: (the block's offset, the edge).
+  /// Edges hanging from this one's blocks: (the block's offset, the edge), sorted (a prompt
+  /// many conversations hang from can have thousands).
   pub kids: Vec<(u32, u32)>,
   /// Per block, when tokens are retained.
   pub tokens: Vec<Box<[u32]>>,
@@ -211,19 +212,26 @@ impl Edge {
     if !last.holders.is_empty() {
       return self.keys.len();
     }
-    let hung = self
-      .kids
-      .iter()
-      .map(|&(off, _)| off as usize + 1)
-      .max()
-      .unwrap_or(0);
+    let hung = self.kids.last().map_or(0, |&(off, _)| off as usize + 1);
     (last.start as usize).max(hung)
   }
 
   /// Whether an edge hangs from block `off`.
   #[inline]
   pub fn hung_at(&self, off: u32) -> bool {
-    self.kids.iter().any(|&(o, _)| o == off)
+    let i = self.kids.partition_point(|&(o, _)| o < off);
+    self.kids.get(i).is_some_and(|&(o, _)| o == off)
+  }
+
+  pub fn add_kid(&mut self, off: u32, kid: u32) {
+    let i = self.kids.partition_point(|&k| k < (off, kid));
+    self.kids.insert(i, (off, kid));
+  }
+
+  pub fn remove_kid(&mut self, off: u32, kid: u32) {
+    if let Ok(i) = self.kids.binary_search(&(off, kid)) {
+      self.kids.remove(i);
+    }
   }
 
   /// Cuts the edge to `len` blocks.
@@ -355,5 +363,25 @@ mod tests {
     assert_eq!(e.kept_len(), 99);
     e.truncate(99);
     assert_eq!((e.len(), e.spans.len()), (99, 2));
+  }
+
+  #[test]
+  fn kids_stay_sorted_and_keep_the_blocks_they_hang_from() {
+    let mut e = Edge::new(NONE, 0);
+    for k in 0..10 {
+      e.push(k, None, 1);
+    }
+    for (off, kid) in [(7, 3), (2, 9), (7, 1), (4, 4)] {
+      e.add_kid(off, kid);
+    }
+    assert_eq!(e.kids, vec![(2, 9), (4, 4), (7, 1), (7, 3)]);
+    assert!(e.hung_at(7) && e.hung_at(2) && !e.hung_at(3) && !e.hung_at(9));
+    e.remove_all(1);
+    assert_eq!(e.kept_len(), 8);
+    e.remove_kid(7, 1);
+    e.remove_kid(7, 3);
+    assert_eq!(e.kept_len(), 5);
+    e.remove_kid(7, 3);
+    assert_eq!(e.kids, vec![(2, 9), (4, 4)]);
   }
 }

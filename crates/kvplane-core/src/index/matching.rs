@@ -37,6 +37,8 @@ struct Scratch {
   alive: Vec<u64>,
   /// Bit per worker slot: holds the block just reached.
   held: Vec<u64>,
+  /// The candidates holding the first block (the workers answered for).
+  answered: Vec<u32>,
 }
 
 thread_local! {
@@ -162,11 +164,14 @@ impl Index {
       mut score,
       alive: bits,
       held,
+      answered: mut first_holders,
     } = SCRATCH.take();
     score.clear();
     score.resize(self.workers.len(), 0);
     let mut edge = &self.edges[first as usize];
-    let mut answered: Vec<u32> = edge.spans[0].holders.to_vec();
+    let mut answered = std::mem::take(&mut first_holders);
+    answered.clear();
+    answered.extend_from_slice(&edge.spans[0].holders);
     if let Some(ws) = &opts.workers {
       let mut wanted: Vec<u32> = ws
         .iter()
@@ -238,6 +243,8 @@ impl Index {
         left &= left - 1;
       }
     }
+    out.scores.reserve_exact(answered.len());
+    out.tree_sizes.reserve_exact(answered.len());
     for &s in &answered {
       let w = &self.workers[s as usize];
       out.scores.push((w.key, score[s as usize]));
@@ -247,6 +254,7 @@ impl Index {
       score,
       alive: alive.bits,
       held: alive.held,
+      answered,
     });
     out
   }

@@ -497,7 +497,7 @@ impl Index {
       }
     };
     if p != NONE {
-      self.edges[p as usize].kids.push((off, id));
+      self.edges[p as usize].add_kid(off, id);
     }
     id
   }
@@ -524,7 +524,7 @@ impl Index {
         self.edges[e as usize].truncate(kept);
         return;
       }
-      let (first, parent) = (edge.keys[0], edge.parent);
+      let (first, parent, off) = (edge.keys[0], edge.parent, edge.parent_off);
       let removed = self.by_first.remove(hash32(first), e);
       debug_assert!(removed);
       self.edges[e as usize] = Edge::new(FREED, 0);
@@ -532,10 +532,7 @@ impl Index {
       if parent == NONE {
         return;
       }
-      let kids = &mut self.edges[parent as usize].kids;
-      if let Some(i) = kids.iter().position(|&(_, k)| k == e) {
-        kids.swap_remove(i);
-      }
+      self.edges[parent as usize].remove_kid(off, e);
       e = parent;
     }
   }
