@@ -174,18 +174,71 @@ impl Edge {
 
   /// Takes `slot` out of block `i`; false if it did not hold it.
   pub fn remove(&mut self, i: u32, slot: u32) -> bool {
-    if !self.holds(i, slot) {
+    let si = self.span_at(i);
+    if self.spans[si].holders.binary_search(&slot).is_err() {
       return false;
     }
-    let si = self.split(i);
-    if (i as usize) + 1 < self.keys.len() {
-      self.split(i + 1);
-    }
-    self.spans[si].holders = without(&self.spans[si].holders, slot);
-    self.relink(si, si + 1);
-    self.merge(si, si + 1);
+    // Block i gets the span's holders without `slot`; the blocks after it in the span keep them
+    // (moved, not copied, when i starts the span: an engine evicting a chain root side first).
+    let less = without(&self.spans[si].holders, slot);
+    let (start, end) = (self.spans[si].start, self.span_end(si));
+    let span = |start, holders| Span {
+      start,
+      holders,
+      left: Box::default(),
+    };
+    let at = if start == i {
+      let old = std::mem::replace(&mut self.spans[si].holders, less);
+      if (i as usize) + 1 < end {
+        self.spans.insert(si + 1, span(i + 1, old));
+      }
+      si
+    } else {
+      self.spans.insert(si + 1, span(i, less));
+      if (i as usize) + 1 < end {
+        let old = self.spans[si].holders.clone();
+        self.spans.insert(si + 2, span(i + 1, old));
+      }
+      si + 1
+    };
+    self.relink(at, at + 1);
+    self.merge(at, at + 1);
     debug_assert!(self.left_ok());
     true
+  }
+
+  /// Drops the last block when `slot` alone holds it: what an engine evicting from the tail
+  /// does, without building a span for the empty block. False (nothing changed) otherwise.
+  pub fn pop_sole(&mut self, slot: u32) -> bool {
+    let Some(last) = self.spans.last() else {
+      return false;
+    };
+    let i = self.keys.len() as u32 - 1;
+    if *last.holders != [slot] || self.hung_at(i) {
+      return false;
+    }
+    self.keys.pop();
+    self.tokens.truncate(self.keys.len());
+    if last.start == i {
+      self.spans.pop();
+    }
+    true
+  }
+
+  /// Empties the edge for reuse, keeping small allocations.
+  pub fn reset(&mut self, parent: u32, parent_off: u32) {
+    const KEEP: usize = 64;
+    if self.keys.capacity() > KEEP {
+      self.keys = Vec::new();
+    }
+    if self.spans.capacity() > 4 {
+      self.spans = Vec::new();
+    }
+    self.keys.clear();
+    self.spans.clear();
+    self.kids = Vec::new();
+    self.tokens = Vec::new();
+    (self.parent, self.parent_off) = (parent, parent_off);
   }
 
   /// Takes `slot` out of every block.

@@ -451,7 +451,10 @@ impl Index {
                 self.tier_roots += 1;
               }
               let f = self.new_edge(cur);
-              self.edges[f as usize].push(key, tokens, slot);
+              let edge = &mut self.edges[f as usize];
+              // The rest of the event likely goes on this edge.
+              edge.keys.reserve(s.block_hashes.len() - i);
+              edge.push(key, tokens, slot);
               let edges = &self.edges;
               self.by_first.get_or_insert_with(
                 hash32(key),
@@ -484,15 +487,14 @@ impl Index {
   /// A new, empty edge hanging from `parent` (a root when `None`).
   fn new_edge(&mut self, parent: Option<Pos>) -> u32 {
     let (p, off) = parent.unwrap_or((NONE, 0));
-    let edge = Edge::new(p, off);
     let id = match self.free_edges.pop() {
       Some(id) => {
-        self.edges[id as usize] = edge;
+        self.edges[id as usize].reset(p, off);
         id
       }
       None => {
         assert!(self.edges.len() < FREED as usize, "index full");
-        self.edges.push(edge);
+        self.edges.push(Edge::new(p, off));
         (self.edges.len() - 1) as u32
       }
     };
@@ -527,7 +529,7 @@ impl Index {
       let (first, parent, off) = (edge.keys[0], edge.parent, edge.parent_off);
       let removed = self.by_first.remove(hash32(first), e);
       debug_assert!(removed);
-      self.edges[e as usize] = Edge::new(FREED, 0);
+      self.edges[e as usize].reset(FREED, 0);
       self.free_edges.push(e);
       if parent == NONE {
         return;
@@ -555,6 +557,17 @@ impl Index {
       return false;
     };
     let (e, o) = unloc(l);
+    let edge = &mut self.edges[e as usize];
+    if o > 0 && o as usize + 1 == edge.len() {
+      let words = edge.tokens.get(o as usize).map_or(0, |t| t.len());
+      if edge.pop_sole(slot) {
+        self.blocks -= 1;
+        self.token_words -= words;
+        self.memberships -= 1;
+        self.reclaim(e);
+        return true;
+      }
+    }
     let held = self.edges[e as usize].remove(o, slot);
     debug_assert!(held, "engine map and holders disagree");
     self.memberships -= 1;
