@@ -5,11 +5,13 @@
 //! by the engine's hash instead, for hash-only events). Each worker keeps a map from the engine's
 //! opaque block hash to the indexed block, for parent lookup and removal.
 //!
+//! Blocks are stored as edges, chains of keys side by side with their holders per span
+//! (`edge.rs`, docs/architecture.md#index-layout).
+//!
 //! Removing an inner block leaves the worker's descendants of it unreachable for matching (a
 //! match counts consecutive leading blocks). They stay indexed and counted
-//! (`unreachable_blocks`) until the engine removes them or clears, and that worker is matched by
-//! an exact scan until then. Nodes no worker holds are reclaimed as
-//! soon as no other node chains from them, so nothing leaks.
+//! (`unreachable_blocks`) until the engine removes them or clears. Blocks no worker holds are cut
+//! off their edge as soon as nothing hangs from them, so nothing leaks.
 
 mod dump;
 mod edge;
@@ -121,7 +123,7 @@ pub struct WorkerStats {
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IndexStats {
-  /// Distinct indexed blocks (nodes).
+  /// Distinct indexed blocks (held, or kept because an edge hangs from them).
   pub blocks: u64,
   /// (worker, block) memberships.
   pub memberships: u64,

@@ -1,5 +1,5 @@
 //! Hash tables for the index's big maps: bucketized cuckoo hashing. An entry lives in one of two
-//! 64-byte buckets (one cache line each) chosen from its 32-bit hash: its first bucket when that
+//! buckets (one or two cache lines each) chosen from its 32-bit hash: its first bucket when that
 //! has room, else its second. Bucket counts are not powers of two (fastrange:
 //! `(h * buckets) >> 32`), and a table grows by a quarter once it is 94% full, so it stays
 //! 75-94% full.
@@ -11,11 +11,11 @@
 //! full bucket picks an entry to move by reading only those bytes: the move itself is a write,
 //! which the CPU does not wait for. Entries are kept at the front of each bucket.
 //!
-//! `U64Map` holds u64 keys with u32 values (5 per bucket), `LocMap` u64 keys with u64 values (4). `TagMap` holds only a 32-bit hash tag
-//! and a u32 value (8 per bucket): the caller keeps the key with the value (the index keeps it in
-//! the node) and confirms a tag match with `eq`.
+//! `LocMap` holds u64 keys with u64 values (8 per 128-byte bucket, two cache lines). `TagMap`
+//! holds only a 32-bit hash tag and a u32 value (8 per 64-byte bucket): the caller keeps the key
+//! with the value (the index keeps it in the edge) and confirms a tag match with `eq`.
 
-/// Marks an empty slot (values are node indices, never `u32::MAX`).
+/// Marks an empty slot (`Entry::val` is an edge id, never `u32::MAX`).
 const EMPTY: u32 = u32::MAX;
 
 /// Spreads any u64 (random hashes or small opaque ids alike) over the word.
@@ -167,16 +167,6 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       &self.stash[i]
     } else {
       &self.buckets[b].0[i]
-    }
-  }
-
-  /// Changes the value of the entry at (b, i) (its hash, hence its place, stays).
-  #[inline(always)]
-  fn set_val(&mut self, b: usize, i: usize, f: impl FnOnce(&mut E)) {
-    if b == STASH {
-      f(&mut self.stash[i])
-    } else {
-      f(&mut self.buckets[b].0[i])
     }
   }
 
@@ -371,113 +361,6 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       // Exact below 15; at 15 it stays (sticky), whatever the count is.
       assert!(m == n || m == 15, "overflow of bucket {bi}: {m} vs {n}");
     }
-  }
-}
-
-#[derive(Clone, Copy)]
-#[repr(C, packed(4))]
-struct KeySlot {
-  key: u64,
-  val: u32,
-}
-
-impl Entry for KeySlot {
-  const VACANT: Self = KeySlot { key: 0, val: EMPTY };
-  #[inline(always)]
-  fn val(&self) -> u32 {
-    self.val
-  }
-  #[inline(always)]
-  fn hash(&self) -> u32 {
-    hash32(self.key)
-  }
-}
-
-/// u64 -> u32 map: 12-byte entries, 5 per bucket.
-#[derive(Default)]
-pub struct U64Map {
-  raw: Raw<KeySlot, 5>,
-}
-
-impl U64Map {
-  /// Hints the CPU to fetch where `key` may be.
-  #[inline(always)]
-  pub fn prefetch(&self, key: u64) {
-    self.raw.prefetch(hash32(key));
-  }
-
-  #[inline(always)]
-  fn find(&self, key: u64) -> Option<(usize, usize)> {
-    self.raw.find(hash32(key), |s| ({ s.key }) == key)
-  }
-
-  #[inline]
-  pub fn get(&self, key: u64) -> Option<u32> {
-    self.find(key).map(|(b, i)| self.raw.at(b, i).val)
-  }
-
-  /// Inserts or overwrites; returns the previous value.
-  #[inline]
-  pub fn insert(&mut self, key: u64, val: u32) -> Option<u32> {
-    debug_assert_ne!(val, EMPTY);
-    if let Some((b, i)) = self.find(key) {
-      let mut old = val;
-      self
-        .raw
-        .set_val(b, i, |s| old = std::mem::replace(&mut s.val, val));
-      return Some(old);
-    }
-    self.raw.insert_new(KeySlot { key, val });
-    None
-  }
-
-  /// Inserts `key`, which the caller knows is absent (one probe fewer than `insert`).
-  #[inline]
-  pub fn insert_absent(&mut self, key: u64, val: u32) {
-    debug_assert_ne!(val, EMPTY);
-    debug_assert!(self.find(key).is_none(), "insert_absent of a present key");
-    self.raw.insert_new(KeySlot { key, val });
-  }
-
-  /// The value for `key`, inserting `make()` first when absent; `true` if inserted.
-  #[inline]
-  pub fn get_or_insert_with(&mut self, key: u64, make: impl FnOnce() -> u32) -> (u32, bool) {
-    if let Some((b, i)) = self.find(key) {
-      return (self.raw.at(b, i).val, false);
-    }
-    let val = make();
-    debug_assert_ne!(val, EMPTY);
-    self.raw.insert_new(KeySlot { key, val });
-    (val, true)
-  }
-
-  #[inline]
-  pub fn remove(&mut self, key: u64) -> Option<u32> {
-    let (b, i) = self.find(key)?;
-    let val = self.raw.at(b, i).val;
-    self.raw.remove_at(b, i);
-    Some(val)
-  }
-
-  pub fn len(&self) -> usize {
-    self.raw.len
-  }
-
-  pub fn is_empty(&self) -> bool {
-    self.raw.len == 0
-  }
-
-  pub fn clear(&mut self) {
-    self.raw = Raw::default();
-  }
-
-  pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-    self.raw.iter().map(|s| (s.key, s.val))
-  }
-
-  /// Heap bytes held.
-  pub fn bytes(&self) -> usize {
-    self.raw.bytes()
   }
 }
 
@@ -746,9 +629,16 @@ mod tests {
     }
   }
 
+  /// `insert` of a plain map: the previous value, if any.
+  fn insert(m: &mut LocMap, key: u64, v: u64) -> Option<u64> {
+    let old = m.remove(key);
+    m.insert_absent(key, v);
+    old
+  }
+
   #[test]
-  fn u64_map_behaves_like_a_map_for_random_and_sequential_keys() {
-    let mut m = U64Map::default();
+  fn loc_map_behaves_like_a_map_for_random_and_sequential_keys() {
+    let mut m = LocMap::default();
     let mut reference = HashMap::new();
     let mut rng = Rng(0x1234_5678_9abc_def0);
     for i in 0..200_000u64 {
@@ -758,16 +648,11 @@ mod tests {
         1 => x,
         _ => x % 1024, // dense collisions
       };
-      assert_eq!(m.insert(key, i as u32), reference.insert(key, i as u32));
+      let v = (i << 20) | (x & 0xfffff);
+      assert_eq!(insert(&mut m, key, v), reference.insert(key, v));
       if i % 2 == 0 {
         let k = if i % 4 == 0 { key / 2 } else { x % 1024 };
         assert_eq!(m.remove(k), reference.remove(&k));
-      }
-      if i % 5 == 0 {
-        let (v, inserted) = m.get_or_insert_with(x % 997, || 7);
-        let present = reference.contains_key(&(x % 997));
-        let r = *reference.entry(x % 997).or_insert(7);
-        assert_eq!((v, inserted), (r, !present));
       }
       if i % 20_000 == 0 {
         m.raw.check();
@@ -779,20 +664,20 @@ mod tests {
       assert_eq!(m.get(*k), Some(*v), "{k}");
     }
     assert_eq!(m.iter().count(), reference.len());
-    assert_eq!(std::mem::size_of::<KeySlot>(), 12);
+    assert_eq!(std::mem::size_of::<LocSlot>(), 16);
   }
 
   #[test]
-  fn u64_map_grows_and_drains() {
-    let mut m = U64Map::default();
+  fn loc_map_grows_and_drains() {
+    let mut m = LocMap::default();
     for k in 0..100_000u64 {
-      assert_eq!(m.insert(k * 7919, k as u32), None);
-      let load = m.len() as f64 / (m.raw.buckets.len() * 5) as f64;
+      m.insert_absent(k * 7919, k << 32);
+      let load = m.len() as f64 / (m.raw.buckets.len() * 8) as f64;
       assert!(load <= 0.94, "{load}");
       assert!(m.len() < 1000 || load > 0.74, "{load}");
     }
     for k in 0..100_000u64 {
-      assert_eq!(m.remove(k * 7919), Some(k as u32));
+      assert_eq!(m.remove(k * 7919), Some(k << 32));
       assert_eq!(m.get(k * 7919), None);
     }
     assert!(m.is_empty());
@@ -801,13 +686,13 @@ mod tests {
 
   #[test]
   fn a_bucket_overflowed_past_its_counter_still_finds_every_key() {
-    // 40 keys sharing one first bucket: 35 live in their second buckets, more than the counter
+    // 40 keys sharing one first bucket: 32 live in their second buckets, more than the counter
     // holds (it sticks at 15). Every key stays findable while they are removed again.
-    let mut m = U64Map::default();
+    let mut m = LocMap::default();
     for k in 0..4096u64 {
-      m.insert(k, k as u32);
+      m.insert_absent(k, k);
     }
-    let first = |m: &U64Map, k: u64| m.raw.pair(hash32(k)).0;
+    let first = |m: &LocMap, k: u64| m.raw.pair(hash32(k)).0;
     let target = first(&m, 1 << 40);
     let crowd: Vec<u64> = ((1u64 << 40)..)
       .filter(|&k| first(&m, k) == target)
@@ -815,7 +700,7 @@ mod tests {
       .collect();
     let buckets = m.raw.buckets.len();
     for &k in &crowd {
-      assert_eq!(m.insert(k, 7), None);
+      m.insert_absent(k, 7);
     }
     assert_eq!(
       m.raw.buckets.len(),
@@ -833,7 +718,7 @@ mod tests {
     }
     m.raw.check();
     for k in 0..4096u64 {
-      assert_eq!(m.get(k), Some(k as u32));
+      assert_eq!(m.get(k), Some(k));
     }
   }
 
