@@ -280,7 +280,8 @@ impl Index {
       if j == from {
         return Some(cur);
       }
-      j += 1;
+      // `keys[j + 1]` starts no edge either (the walk looked it up): go on after it.
+      j += 2;
     }
     None
   }
@@ -316,8 +317,7 @@ impl Index {
     let Some(e) = self.edge_of_first(key) else {
       return Vec::new();
     };
-    let edge: &Edge = &self.edges[e as usize];
-    edge.spans[0]
+    self.edges[e as usize].spans[0]
       .holders
       .iter()
       .map(|&s| self.workers[s as usize].key)

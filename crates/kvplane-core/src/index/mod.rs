@@ -320,14 +320,12 @@ impl Index {
   fn child_for_store(&self, cur: Option<Pos>, key: u64) -> Option<Pos> {
     if let Some((e, o)) = cur {
       let edge = &self.edges[e as usize];
-      if edge.keys.get(o as usize + 1) == Some(&key) {
-        return Some((e, o + 1));
-      }
-      if self.tier_roots == 0 && !edge.hung_at(o) {
+      let next = edge.keys.get(o as usize + 1) == Some(&key);
+      if !next && self.tier_roots == 0 && !edge.hung_at(o) {
         return None;
       }
     }
-    self.edge_of_first(key).map(|f| (f, 0))
+    self.find_child(cur, key)
   }
 
   fn store(
