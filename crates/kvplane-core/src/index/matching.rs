@@ -3,9 +3,9 @@
 //! One walk from the request's first block down its chain: along an edge it compares the
 //! request's keys with the edge's, which sit side by side; at an edge's end, or where the request
 //! leaves it, the next block is an edge's first, found by its key. The workers still matching
-//! are intersected with a span's holders only where a span starts, so a request costs its
-//! length in key compares plus the holder changes along its path, however deep each worker
-//! matches.
+//! change only where a span starts: entering an edge they are intersected with its first span's
+//! holders, and each later span takes out the workers it loses. So a request costs its length in
+//! key compares plus the holder changes along its path, however deep each worker matches.
 
 use super::edge::Edge;
 use super::table::prefetch_read;
