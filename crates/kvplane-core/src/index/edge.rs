@@ -81,6 +81,16 @@ impl Edge {
     self.holders_at(i).binary_search(&slot).is_ok()
   }
 
+  /// Whether `slot` holds block `i`, with the blocks `lo..hi` around it for which the answer is
+  /// the same (its span).
+  #[inline]
+  pub fn holds_run(&self, i: u32, slot: u32) -> (bool, u32, u32) {
+    let si = self.span_at(i);
+    let span = &self.spans[si];
+    let held = span.holders.binary_search(&slot).is_ok();
+    (held, span.start, self.span_end(si) as u32)
+  }
+
   /// Where the span after `si` starts (the edge's end for the last).
   #[inline]
   pub fn span_end(&self, si: usize) -> usize {

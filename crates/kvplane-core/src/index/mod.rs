@@ -385,6 +385,9 @@ impl Index {
     }
     // Blocks that exist and that the worker joins, as one range of an edge at a time.
     let mut pending: Option<(u32, u32, u32)> = None;
+    // Whether the worker holds a run of blocks of an edge (edge, from, to, held): the span the
+    // last lookup found, valid until the index changes (`pending` only changes at a flush).
+    let mut run: Option<(u32, u32, u32, bool)> = None;
     for (i, (&eh, &key)) in s.block_hashes.iter().zip(&keys).enumerate() {
       let tokens = self.cfg.retain_tokens.then(|| {
         if s.token_ids.is_empty() {
@@ -402,6 +405,7 @@ impl Index {
         }
         // The engine reused an id for other content: the old block is gone.
         self.flush(slot, &mut pending);
+        run = None;
         self.remove_one(slot, eh);
         if let Some((e, o)) = cur {
           let edge = &self.edges[e as usize];
@@ -413,7 +417,15 @@ impl Index {
       }
       let pos = match self.child_for_store(cur, key) {
         Some((e, o)) => {
-          if self.edges[e as usize].holds(o, slot) {
+          let held = match run {
+            Some((re, lo, hi, held)) if re == e && lo <= o && o < hi => held,
+            _ => {
+              let (held, lo, hi) = self.edges[e as usize].holds_run(o, slot);
+              run = Some((e, lo, hi, held));
+              held
+            }
+          };
+          if held {
             // The worker already holds this block under another engine id: one membership, one
             // id.
             self.drop_event(DropReason::DuplicateStore, 1);
@@ -430,7 +442,10 @@ impl Index {
           match &mut pending {
             Some((pe, _, b)) if *pe == e && *b == o => *b += 1,
             _ => {
-              self.flush(slot, &mut pending);
+              if pending.is_some() {
+                self.flush(slot, &mut pending);
+                run = None;
+              }
               pending = Some((e, o, o + 1));
             }
           }
@@ -438,6 +453,7 @@ impl Index {
         }
         None => {
           self.flush(slot, &mut pending);
+          run = None;
           self.blocks += 1;
           self.token_words += tokens.map_or(0, |t| t.len());
           match cur {

@@ -41,8 +41,9 @@ fn rehash(mut x: u32) -> u32 {
   x ^ (x >> 16)
 }
 
+/// A table entry. Slots past a bucket's fill are never read, so they may hold anything: a new
+/// table's buckets are zeroed memory (all-zero bytes are a valid entry of both kinds).
 trait Entry: Copy {
-  const VACANT: Self;
   fn val(&self) -> u32;
   fn hash(&self) -> u32;
 }
@@ -229,18 +230,40 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     }
   }
 
+  /// Appends `e` to `a`, its first bucket, or else to `b`, its second, if either has room (the
+  /// overflow count kept without hashing `e` again).
+  #[inline(always)]
+  fn push_pair(&mut self, a: usize, b: usize, e: E) -> bool {
+    debug_assert_ne!(e.val(), EMPTY);
+    let fa = self.fill(a);
+    if fa < N {
+      self.buckets[a].0[fa] = e;
+      self.meta[a] += 1;
+      return true;
+    }
+    let fb = self.fill(b);
+    if fb < N {
+      self.buckets[b].0[fb] = e;
+      self.meta[b] += 1;
+      if self.meta[a] < OVER_MAX {
+        self.meta[a] += OVER_STEP;
+      }
+      return true;
+    }
+    false
+  }
+
   /// Puts `e` in one of its buckets, moving entries to their other bucket when both are full;
   /// false (table unchanged) if that fails.
+  #[inline]
   fn place(&mut self, e: E) -> bool {
     let (a, b) = self.pair(e.hash());
-    if self.fill(a) < N {
-      self.push(a, e);
-      return true;
-    }
-    if self.fill(b) < N {
-      self.push(b, e);
-      return true;
-    }
+    self.push_pair(a, b, e) || self.place_moving(a, b, e)
+  }
+
+  /// `place` when both buckets of `e` are full.
+  #[cold]
+  fn place_moving(&mut self, a: usize, b: usize, e: E) -> bool {
     // Both full: move one entry of either bucket whose other bucket has room (the meta bytes say
     // which, without reading those buckets; bucket `a` is in cache from the lookup).
     for bi in [a, b] {
@@ -284,12 +307,12 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   #[cold]
   fn grow(&mut self) {
     let nb = (self.buckets.len() + self.buckets.len() / 4).max(self.buckets.len() + 1);
-    let mut buckets = Vec::with_capacity(nb);
+    // SAFETY: entries are integers (`Entry`), valid as zeros.
+    let buckets = unsafe { zeroed::<Bucket<E, N>>(nb) };
     advise_huge_pages(
       buckets.as_ptr() as *const u8,
       nb * std::mem::size_of::<Bucket<E, N>>(),
     );
-    buckets.resize(nb, Bucket([E::VACANT; N]));
     let old = std::mem::replace(&mut self.buckets, buckets);
     let old_meta = std::mem::replace(&mut self.meta, vec![0; nb]);
     let stash = std::mem::take(&mut self.stash);
@@ -319,7 +342,6 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     let bucket = &mut self.buckets[bi].0;
     let e = bucket[i];
     bucket[i] = bucket[last];
-    bucket[last] = E::VACANT;
     self.meta[bi] -= 1;
     self.count_over(&e, bi, false);
   }
@@ -345,14 +367,12 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     let mut over = vec![0usize; self.buckets.len()];
     for (bi, bucket) in self.buckets.iter().enumerate() {
       let fill = self.fill(bi);
-      for (i, e) in bucket.0.iter().enumerate() {
-        assert_eq!(e.val() != EMPTY, i < fill, "bucket {bi} slot {i}");
-        if i < fill {
-          let (x, y) = self.pair(e.hash());
-          assert!(bi == x || bi == y);
-          if bi != x {
-            over[x] += 1;
-          }
+      for e in &bucket.0[..fill] {
+        assert_ne!(e.val(), EMPTY, "bucket {bi}");
+        let (x, y) = self.pair(e.hash());
+        assert!(bi == x || bi == y);
+        if bi != x {
+          over[x] += 1;
         }
       }
     }
@@ -373,10 +393,6 @@ struct LocSlot {
 }
 
 impl Entry for LocSlot {
-  const VACANT: Self = LocSlot {
-    key: 0,
-    loc: u64::MAX,
-  };
   #[inline(always)]
   fn val(&self) -> u32 {
     (self.loc >> 32) as u32
@@ -452,7 +468,6 @@ struct TagSlot {
 }
 
 impl Entry for TagSlot {
-  const VACANT: Self = TagSlot { tag: 0, val: EMPTY };
   #[inline(always)]
   fn val(&self) -> u32 {
     self.val
@@ -471,27 +486,24 @@ pub struct TagMap {
   raw: Raw<TagSlot, 8>,
 }
 
-/// Bit `i` set where entry `i` of the bucket is occupied and carries tag `h` (SSE2: four
-/// 16-byte compares per bucket instead of a branch per entry).
+/// Bit `i` set where entry `i` of the bucket, one of its first `fill`, carries tag `h` (SSE2:
+/// four 16-byte compares per bucket instead of a branch per entry).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn tag_hits(bucket: &[TagSlot; 8], h: u32) -> u32 {
+fn tag_hits(bucket: &[TagSlot; 8], h: u32, fill: usize) -> u32 {
   use std::arch::x86_64::*;
   // SAFETY: SSE2 is part of x86_64; the bucket is 64 bytes, 64-byte aligned (`Bucket`).
   unsafe {
     let p = bucket.as_ptr() as *const __m128i;
     let tag = _mm_set1_epi32(h as i32);
-    let empty = _mm_set1_epi32(EMPTY as i32);
     let mut hits = 0u32;
     for q in 0..4 {
       let v = _mm_load_si128(p.add(q));
-      // Lanes: tag, val, tag, val. A hit is a tag lane equal to `h` whose val lane is not EMPTY.
-      let t = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, tag))) as u32;
-      let e = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, empty))) as u32;
-      let live_tag = t & !(e >> 1) & 0b0101;
-      hits |= ((live_tag & 1) | ((live_tag >> 1) & 2)) << (2 * q);
+      // Lanes: tag, val, tag, val; only the tag lanes count.
+      let t = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, tag))) as u32 & 0b0101;
+      hits |= ((t & 1) | ((t >> 1) & 2)) << (2 * q);
     }
-    hits
+    hits & ((1u32 << fill) - 1)
   }
 }
 
@@ -511,7 +523,7 @@ impl TagMap {
       let (a, b) = self.raw.probe(h);
       for bi in std::iter::once(a).chain(b) {
         let bucket = &self.raw.buckets[bi].0;
-        let mut hits = tag_hits(bucket, h);
+        let mut hits = tag_hits(bucket, h, self.raw.fill(bi));
         while hits != 0 {
           let i = hits.trailing_zeros() as usize;
           if eq(bucket[i].val) {
@@ -574,6 +586,27 @@ impl TagMap {
   /// Heap bytes held.
   pub fn bytes(&self) -> usize {
     self.raw.bytes()
+  }
+}
+
+/// `n` values of `T` in zeroed memory (fresh pages from the system are zero already, so a big
+/// table is not written twice).
+///
+/// # Safety
+/// All-zero bytes must be a valid `T` (the tables' buckets: integers only).
+unsafe fn zeroed<T>(n: usize) -> Vec<T> {
+  let layout = std::alloc::Layout::array::<T>(n).expect("table size");
+  if layout.size() == 0 {
+    return Vec::new();
+  }
+  // SAFETY: the layout has a non-zero size; the memory is `n` zeroed `T`s (valid as zeros, by
+  // the caller), allocated by the global allocator with `T`'s layout, as `Vec` frees it.
+  unsafe {
+    let p = std::alloc::alloc_zeroed(layout) as *mut T;
+    if p.is_null() {
+      std::alloc::handle_alloc_error(layout);
+    }
+    Vec::from_raw_parts(p, n, n)
   }
 }
 
