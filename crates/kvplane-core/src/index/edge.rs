@@ -11,14 +11,49 @@ pub(super) const NONE: u32 = u32::MAX;
 /// `parent` of an edge on the free list.
 pub(super) const FREED: u32 = u32::MAX - 1;
 
-/// Blocks `start..` (up to the next span) and the worker slots holding each of them, sorted.
+/// Blocks `start..` (up to the next span) and the worker slots holding each of them, sorted;
+/// and `left`, the previous span's holders that are not holders here, sorted (empty for the
+/// first): a walk down the edge that matched the previous span loses exactly these. Both lists
+/// share one allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Span {
   pub start: u32,
-  pub holders: Box<[u32]>,
-  /// The previous span's holders that are not holders here, sorted (empty for the first): a
-  /// walk down the edge that matched the previous span loses exactly these.
-  pub left: Box<[u32]>,
+  /// How many of `words` are holders; the rest is `left`.
+  held: u32,
+  words: Box<[u32]>,
+}
+
+impl Span {
+  fn new(start: u32, holders: &[u32], left: &[u32]) -> Span {
+    let mut words = Vec::with_capacity(holders.len() + left.len());
+    words.extend_from_slice(holders);
+    words.extend_from_slice(left);
+    Span {
+      start,
+      held: holders.len() as u32,
+      words: words.into_boxed_slice(),
+    }
+  }
+
+  #[inline(always)]
+  pub fn holders(&self) -> &[u32] {
+    &self.words[..self.held as usize]
+  }
+
+  #[inline(always)]
+  pub fn left(&self) -> &[u32] {
+    &self.words[self.held as usize..]
+  }
+
+  /// New holders, `left` kept (the caller relinks).
+  fn set_holders(&mut self, holders: &[u32]) {
+    *self = Span::new(self.start, holders, self.left());
+  }
+
+  /// Heap bytes.
+  fn bytes(&self) -> usize {
+    self.words.len() * 4
+  }
 }
 
 #[derive(Debug)]
@@ -73,7 +108,7 @@ impl Edge {
 
   #[inline]
   pub fn holders_at(&self, i: u32) -> &[u32] {
-    &self.spans[self.span_at(i)].holders
+    self.spans[self.span_at(i)].holders()
   }
 
   #[inline]
@@ -87,7 +122,7 @@ impl Edge {
   pub fn holds_run(&self, i: u32, slot: u32) -> (bool, u32, u32) {
     let si = self.span_at(i);
     let span = &self.spans[si];
-    let held = span.holders.binary_search(&slot).is_ok();
+    let held = span.holders().binary_search(&slot).is_ok();
     (held, span.start, self.span_end(si) as u32)
   }
 
@@ -107,12 +142,8 @@ impl Edge {
     if let Some(t) = tokens {
       self.tokens.push(t.into());
     }
-    if self.spans.last().is_none_or(|s| *s.holders != [slot]) {
-      self.spans.push(Span {
-        start: i,
-        holders: Box::new([slot]),
-        left: Box::default(),
-      });
+    if self.spans.last().is_none_or(|s| s.holders() != [slot]) {
+      self.spans.push(Span::new(i, &[slot], &[]));
       self.relink(self.spans.len() - 1, self.spans.len() - 1);
     }
   }
@@ -123,34 +154,35 @@ impl Edge {
     if self.spans[si].start == i {
       return si;
     }
-    let holders = self.spans[si].holders.clone();
-    self.spans.insert(
-      si + 1,
-      Span {
-        start: i,
-        holders,
-        left: Box::default(),
-      },
-    );
+    // The same holders as the span before: nothing left.
+    let span = Span::new(i, self.spans[si].holders(), &[]);
+    self.spans.insert(si + 1, span);
     si + 1
   }
 
   /// Whether every span's `left` is what it says (debug checks).
   fn left_ok(&self) -> bool {
     (0..self.spans.len()).all(|k| {
-      k == 0 && self.spans[0].left.is_empty()
-        || k > 0 && self.spans[k].left == minus(&self.spans[k - 1].holders, &self.spans[k].holders)
+      k == 0 && self.spans[0].left().is_empty()
+        || k > 0
+          && *self.spans[k].left() == *minus(self.spans[k - 1].holders(), self.spans[k].holders())
     })
   }
 
-  /// Recomputes `left` of spans `lo..=hi` (those past the end are skipped).
+  /// Recomputes `left` of spans `lo..=hi` (those past the end are skipped), rebuilding only
+  /// the spans whose `left` changed.
   fn relink(&mut self, lo: usize, hi: usize) {
     for k in lo..=hi.min(self.spans.len().saturating_sub(1)) {
-      self.spans[k].left = if k == 0 {
-        Box::default()
+      let span = &self.spans[k];
+      let prev: &[u32] = if k == 0 {
+        &[]
       } else {
-        minus(&self.spans[k - 1].holders, &self.spans[k].holders)
+        self.spans[k - 1].holders()
       };
+      if !is_minus(span.left(), prev, span.holders()) {
+        let left = minus(prev, span.holders());
+        self.spans[k] = Span::new(span.start, span.holders(), &left);
+      }
     }
   }
 
@@ -159,7 +191,7 @@ impl Edge {
   fn merge(&mut self, lo: usize, hi: usize) {
     let hi = hi.min(self.spans.len() - 1);
     for k in (lo.max(1)..=hi).rev() {
-      if self.spans[k].holders == self.spans[k - 1].holders {
+      if self.spans[k].holders() == self.spans[k - 1].holders() {
         self.spans.remove(k);
       }
     }
@@ -175,7 +207,7 @@ impl Edge {
       self.spans.len()
     };
     for s in &mut self.spans[sa..sb] {
-      s.holders = with(&s.holders, slot);
+      s.set_holders(&with(s.holders(), slot));
     }
     self.relink(sa, sb);
     self.merge(sa, sb);
@@ -185,29 +217,25 @@ impl Edge {
   /// Takes `slot` out of block `i`; false if it did not hold it.
   pub fn remove(&mut self, i: u32, slot: u32) -> bool {
     let si = self.span_at(i);
-    if self.spans[si].holders.binary_search(&slot).is_err() {
+    if self.spans[si].holders().binary_search(&slot).is_err() {
       return false;
     }
-    // Block i gets the span's holders without `slot`; the blocks after it in the span keep them
-    // (moved, not copied, when i starts the span: an engine evicting a chain root side first).
-    let less = without(&self.spans[si].holders, slot);
+    // Block i gets the span's holders without `slot`; the blocks after it in the span keep them.
+    let less = without(self.spans[si].holders(), slot);
     let (start, end) = (self.spans[si].start, self.span_end(si));
-    let span = |start, holders| Span {
-      start,
-      holders,
-      left: Box::default(),
-    };
     let at = if start == i {
-      let old = std::mem::replace(&mut self.spans[si].holders, less);
       if (i as usize) + 1 < end {
-        self.spans.insert(si + 1, span(i + 1, old));
+        // The blocks after i keep the old holders, a superset of block i's: nothing left.
+        let old = Span::new(i + 1, self.spans[si].holders(), &[]);
+        self.spans.insert(si + 1, old);
       }
+      self.spans[si].set_holders(&less);
       si
     } else {
-      self.spans.insert(si + 1, span(i, less));
+      self.spans.insert(si + 1, Span::new(i, &less, &[]));
       if (i as usize) + 1 < end {
-        let old = self.spans[si].holders.clone();
-        self.spans.insert(si + 2, span(i + 1, old));
+        let old = Span::new(i + 1, self.spans[si].holders(), &[]);
+        self.spans.insert(si + 2, old);
       }
       si + 1
     };
@@ -224,7 +252,7 @@ impl Edge {
       return false;
     };
     let i = self.keys.len() as u32 - 1;
-    if *last.holders != [slot] || self.hung_at(i) {
+    if last.holders() != [slot] || self.hung_at(i) {
       return false;
     }
     self.keys.pop();
@@ -254,8 +282,8 @@ impl Edge {
   /// Takes `slot` out of every block.
   pub fn remove_all(&mut self, slot: u32) {
     for s in &mut self.spans {
-      if s.holders.binary_search(&slot).is_ok() {
-        s.holders = without(&s.holders, slot);
+      if s.holders().binary_search(&slot).is_ok() {
+        s.set_holders(&without(s.holders(), slot));
       }
     }
     let n = self.spans.len();
@@ -272,7 +300,7 @@ impl Edge {
     let Some(last) = self.spans.last() else {
       return 0;
     };
-    if !last.holders.is_empty() {
+    if !last.holders().is_empty() {
       return self.keys.len();
     }
     let hung = self.kids.last().map_or(0, |&(off, _)| off as usize + 1);
@@ -308,24 +336,37 @@ impl Edge {
   pub fn bytes(&self) -> usize {
     self.keys.capacity() * 8
       + self.spans.capacity() * std::mem::size_of::<Span>()
-      + self
-        .spans
-        .iter()
-        .map(|s| s.holders.len() * 4)
-        .sum::<usize>()
+      + self.spans.iter().map(Span::bytes).sum::<usize>()
       + self.kids.capacity() * 8
       + self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
   }
 }
 
 /// `set` (sorted) with `slot` added.
-fn with(set: &[u32], slot: u32) -> Box<[u32]> {
+fn with(set: &[u32], slot: u32) -> Vec<u32> {
   let at = set.partition_point(|&s| s < slot);
   let mut v = Vec::with_capacity(set.len() + 1);
   v.extend_from_slice(&set[..at]);
   v.push(slot);
   v.extend_from_slice(&set[at..]);
-  v.into_boxed_slice()
+  v
+}
+
+/// Whether `left` is `a` without the members of `b` (all sorted).
+fn is_minus(left: &[u32], a: &[u32], b: &[u32]) -> bool {
+  let (mut j, mut n) = (0, 0);
+  for &x in a {
+    while j < b.len() && b[j] < x {
+      j += 1;
+    }
+    if j == b.len() || b[j] != x {
+      if left.get(n) != Some(&x) {
+        return false;
+      }
+      n += 1;
+    }
+  }
+  n == left.len()
 }
 
 /// `a` without the members of `b` (both sorted).
@@ -344,7 +385,7 @@ fn minus(a: &[u32], b: &[u32]) -> Box<[u32]> {
 }
 
 /// `set` (sorted) without `slot`.
-fn without(set: &[u32], slot: u32) -> Box<[u32]> {
+fn without(set: &[u32], slot: u32) -> Vec<u32> {
   set.iter().copied().filter(|&s| s != slot).collect()
 }
 
@@ -359,13 +400,13 @@ mod tests {
         vec![]
       } else {
         e.spans[k - 1]
-          .holders
+          .holders()
           .iter()
           .copied()
-          .filter(|h| !e.spans[k].holders.contains(h))
+          .filter(|h| !e.spans[k].holders().contains(h))
           .collect()
       };
-      assert_eq!(&*e.spans[k].left, &want[..], "span {k}");
+      assert_eq!(e.spans[k].left(), &want[..], "span {k}");
     }
   }
 

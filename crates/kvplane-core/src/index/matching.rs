@@ -118,7 +118,7 @@ const AHEAD: usize = 4;
 #[inline(always)]
 fn prefetch_left(edge: &Edge, si: usize) {
   if let Some(s) = edge.spans.get(si) {
-    prefetch_read(s.left.as_ptr().cast());
+    prefetch_read(s.left().as_ptr().cast());
   }
 }
 
@@ -171,7 +171,7 @@ impl Index {
     let mut edge = &self.edges[first as usize];
     let mut answered = std::mem::take(&mut first_holders);
     answered.clear();
-    answered.extend_from_slice(&edge.spans[0].holders);
+    answered.extend_from_slice(edge.spans[0].holders());
     if let Some(ws) = &opts.workers {
       let mut wanted: Vec<u32> = ws
         .iter()
@@ -231,9 +231,9 @@ impl Index {
       }
       d += 1;
       if si == 0 {
-        alive.narrow(&edge.spans[0].holders, d as u32, &mut score);
+        alive.narrow(edge.spans[0].holders(), d as u32, &mut score);
       } else {
-        alive.drop_left(&edge.spans[si].left, d as u32, &mut score);
+        alive.drop_left(edge.spans[si].left(), d as u32, &mut score);
       }
     }
     for w in alive.lo..alive.hi {
@@ -318,7 +318,7 @@ impl Index {
       return Vec::new();
     };
     self.edges[e as usize].spans[0]
-      .holders
+      .holders()
       .iter()
       .map(|&s| self.workers[s as usize].key)
       .collect()

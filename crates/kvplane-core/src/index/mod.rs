@@ -510,6 +510,10 @@ impl Index {
       }
       None => {
         assert!(self.edges.len() < FREED as usize, "index full");
+        if self.edges.len() == self.edges.capacity() {
+          // By a quarter, not double: edges are large.
+          self.edges.reserve_exact(self.edges.len() / 4 + 16);
+        }
         self.edges.push(Edge::new(p, off));
         (self.edges.len() - 1) as u32
       }
@@ -628,13 +632,13 @@ impl Index {
     for edge in self.edges.iter().filter(|e| e.parent != FREED) {
       for (si, span) in edge.spans.iter().enumerate() {
         let before: &[u32] = if si > 0 {
-          &edge.spans[si - 1].holders
+          edge.spans[si - 1].holders()
         } else if edge.parent != NONE {
           self.edges[edge.parent as usize].holders_at(edge.parent_off)
         } else {
           continue;
         };
-        for &h in span.holders.iter() {
+        for &h in span.holders() {
           if before.binary_search(&h).is_err() {
             out[h as usize] += 1;
           }

@@ -1,8 +1,9 @@
 //! Hash tables for the index's big maps: bucketized cuckoo hashing. An entry lives in one of two
 //! buckets (one or two cache lines each) chosen from its 32-bit hash: its first bucket when that
 //! has room, else its second. Bucket counts are not powers of two (fastrange:
-//! `(h * buckets) >> 32`), and a table grows by a quarter once it is 94% full, so it stays
-//! 75-94% full.
+//! `(h * buckets) >> 32`), and a table grows by half once it is 94% full, so it stays 63-94%
+//! full (growing by a quarter kept it fuller, but re-placed each entry about four times over the
+//! table's growth, against twice: a fifth of an index's apply).
 //!
 //! Beside the buckets, a table keeps one byte per bucket, small enough to stay in the CPU's L2
 //! cache: how many entries the bucket holds, and how many entries whose first bucket it is live
@@ -306,7 +307,7 @@ impl<E: Entry, const N: usize> Raw<E, N> {
 
   #[cold]
   fn grow(&mut self) {
-    let nb = (self.buckets.len() + self.buckets.len() / 4).max(self.buckets.len() + 1);
+    let nb = (self.buckets.len() + self.buckets.len() / 2).max(self.buckets.len() + 1);
     // SAFETY: entries are integers (`Entry`), valid as zeros.
     let buckets = unsafe { zeroed::<Bucket<E, N>>(nb) };
     advise_huge_pages(
@@ -707,7 +708,7 @@ mod tests {
       m.insert_absent(k * 7919, k << 32);
       let load = m.len() as f64 / (m.raw.buckets.len() * 8) as f64;
       assert!(load <= 0.94, "{load}");
-      assert!(m.len() < 1000 || load > 0.74, "{load}");
+      assert!(m.len() < 1000 || load > 0.62, "{load}");
     }
     for k in 0..100_000u64 {
       assert_eq!(m.remove(k * 7919), Some(k << 32));
