@@ -887,8 +887,9 @@ fn profile(what: &str) {
   }
   if what == "apply" {
     eprintln!(
-      "apply: {:.2} M block ops/s",
-      (builds * block_ops) as f64 / t.elapsed().as_secs_f64() / 1e6
+      "apply: {:.2} M block ops/s ({} block ops)",
+      (builds * block_ops) as f64 / t.elapsed().as_secs_f64() / 1e6,
+      builds * block_ops
     );
     return;
   }
