@@ -869,7 +869,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
   );
 }
 
-/// `VS_DYNAMO_PROFILE=find|apply[_today]`: only kvplane's side of one measure on the `depths`
+/// `VS_DYNAMO_PROFILE=find|apply|churn[_today]`: only kvplane's side of one measure on the `depths`
 /// workload (`today` with the suffix), in a loop for a profiler, with its rate.
 fn profile(what: &str) {
   let (what, wl) = match what.strip_suffix("_today") {
@@ -884,6 +884,40 @@ fn profile(what: &str) {
   while what == "apply" && t.elapsed() < Duration::from_secs(6) {
     kv = build_kvplane(&evs);
     builds += 1;
+  }
+  if what == "churn" {
+    // The events of the reads-during-writes measure, each timed alone: how long a reader can
+    // wait behind one.
+    let mut churn = warm_churn(|ops| {
+      for (w, ev) in kvplane_events(&ops) {
+        kv.apply(w, &ev).unwrap();
+      }
+    });
+    let (mut store, mut remove) = (Vec::new(), Vec::new());
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(6) {
+      for (w, ev) in kvplane_events(&churn.next()) {
+        let s = Instant::now();
+        kv.apply(w, &ev).unwrap();
+        let us = s.elapsed().as_secs_f64() * 1e6;
+        match ev {
+          KvEvent::Stored(_) => store.push(us),
+          _ => remove.push(us),
+        }
+      }
+    }
+    for (name, v) in [("store", &mut store), ("remove", &mut remove)] {
+      v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+      eprintln!(
+        "churn {name}: {} events, p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us, max {:.1} us",
+        v.len(),
+        percentile(v, 0.5),
+        percentile(v, 0.99),
+        percentile(v, 0.999),
+        v[v.len() - 1]
+      );
+    }
+    return;
   }
   if what == "apply" {
     eprintln!(

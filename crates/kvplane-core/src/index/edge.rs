@@ -220,9 +220,25 @@ impl Edge {
     if self.spans[si].holders().binary_search(&slot).is_err() {
       return false;
     }
+    let (start, end) = (self.spans[si].start, self.span_end(si));
+    if start == i
+      && si > 0
+      && is_without(self.spans[si - 1].holders(), self.spans[si].holders(), slot)
+    {
+      // Block i now has the previous span's holders: it joins that span (an engine evicting a
+      // chain root side first, block after block), nothing rebuilt.
+      if (i as usize) + 1 < end {
+        self.spans[si].start += 1;
+      } else {
+        self.spans.remove(si);
+        self.relink(si, si);
+        self.merge(si, si);
+      }
+      debug_assert!(self.left_ok());
+      return true;
+    }
     // Block i gets the span's holders without `slot`; the blocks after it in the span keep them.
     let less = without(self.spans[si].holders(), slot);
-    let (start, end) = (self.spans[si].start, self.span_end(si));
     let at = if start == i {
       if (i as usize) + 1 < end {
         // The blocks after i keep the old holders, a superset of block i's: nothing left.
@@ -369,6 +385,11 @@ fn is_minus(left: &[u32], a: &[u32], b: &[u32]) -> bool {
   n == left.len()
 }
 
+/// Whether `less` is `set` without `slot` (both sorted, `slot` in `set`).
+fn is_without(less: &[u32], set: &[u32], slot: u32) -> bool {
+  less.len() + 1 == set.len() && set.iter().filter(|&&s| s != slot).eq(less.iter())
+}
+
 /// `a` without the members of `b` (both sorted).
 fn minus(a: &[u32], b: &[u32]) -> Box<[u32]> {
   let mut j = 0;
@@ -448,6 +469,35 @@ mod tests {
     e.remove_all(2);
     assert_eq!(e.spans.len(), 1);
     assert_eq!(e.kept_len(), 0);
+  }
+
+  #[test]
+  fn blocks_removed_root_side_first_join_the_span_before() {
+    let mut e = Edge::new(NONE, 0);
+    for k in 0..5 {
+      e.push(k, None, 4);
+    }
+    e.add(0, 5, 2);
+    e.add(0, 2, 9);
+    // Holders: [2, 4, 9] x2, [2, 4] x3. Worker 4 leaves root side first.
+    for i in 0..5 {
+      assert!(e.remove(i, 4));
+      let want: Vec<Vec<u32>> = (0..5)
+        .map(|b| {
+          let mut h = vec![2];
+          if b > i {
+            h.push(4);
+          }
+          if b < 2 {
+            h.push(9);
+          }
+          h
+        })
+        .collect();
+      assert_eq!(holders(&e), want, "after removing block {i}");
+    }
+    assert_eq!(e.spans.len(), 2);
+    assert!(!e.remove(4, 4));
   }
 
   #[test]
