@@ -295,21 +295,29 @@ impl Index {
     if from >= keys.len() {
       return 0;
     }
-    let Some(mut cur) = self.locate(keys, from) else {
+    let held = |p: Pos| self.edges[p.0 as usize].holds(p.1, slot);
+    // A key can be stored twice in a tier: inside one worker's chain, and as the first block of
+    // an edge of its own, for a worker that stored it after a parent held in another tier. The
+    // worker's run goes on where it holds the key.
+    let held_at = |found: Option<Pos>, key: u64| match found {
+      Some(p) if held(p) => Some(p),
+      _ => self
+        .edge_of_first(key)
+        .map(|f| (f, 0))
+        .filter(|&p| Some(p) != found && held(p)),
+    };
+    let Some(mut cur) = held_at(self.locate(keys, from), keys[from]) else {
       return 0;
     };
-    let mut n = 0;
-    loop {
-      if !self.edges[cur.0 as usize].holds(cur.1, slot) {
-        return n;
+    let mut n = 1;
+    while let Some(&k) = keys.get(from + n as usize) {
+      match held_at(self.find_child(Some(cur), k), k) {
+        Some(p) => cur = p,
+        None => break,
       }
       n += 1;
-      let j = from + n as usize;
-      match keys.get(j).and_then(|&k| self.find_child(Some(cur), k)) {
-        Some(p) => cur = p,
-        None => return n,
-      }
     }
+    n
   }
 
   /// The workers holding the chain's first block `key` (a root here).

@@ -138,6 +138,37 @@ fn lower_tiers_continue_the_device_run() {
 }
 
 #[test]
+fn an_offloaded_block_already_in_the_tier_under_another_workers_chain_continues_the_run() {
+  // Worker 2 offloaded blocks 1-3 to the host; worker 1 keeps 1-2 on the device and offloads 3
+  // after them, its parent on the device: the host tier has block 3 twice, in the middle of
+  // worker 2's chain and as a chain of its own. In both orders both workers' host runs count it.
+  for w2_first in [true, false] {
+    let mut r = RouterIndex::new(BS).unwrap();
+    let w1 = |r: &mut RouterIndex| {
+      r.apply(w(1, 0), &stored(&[1, 2], None, 0, "GPU")).unwrap();
+      r.apply(w(1, 0), &stored(&[3], Some(2), 8, "CPU")).unwrap();
+    };
+    let w2 = |r: &mut RouterIndex| {
+      r.apply(w(2, 0), &stored(&[7, 8, 9], None, 0, "CPU"))
+        .unwrap();
+    };
+    if w2_first {
+      w2(&mut r);
+      w1(&mut r);
+    } else {
+      w1(&mut r);
+      w2(&mut r);
+    }
+    let tokens: Vec<u32> = (0..13).collect();
+    assert_eq!(
+      scores(&r.query(&tokens, None, None)),
+      vec![(1, 0, 2, 3, 3), (2, 0, 0, 3, 3)],
+      "worker 2 first: {w2_first}"
+    );
+  }
+}
+
+#[test]
 fn foreign_media_block_sizes_and_remote_blocks_are_counted_not_indexed() {
   let mut r = RouterIndex::new(BS).unwrap();
   r.apply(w(1, 0), &stored(&[1], None, 0, "gpu")).unwrap();
