@@ -165,7 +165,8 @@ impl Edge {
     (0..self.spans.len()).all(|k| {
       k == 0 && self.spans[0].left().is_empty()
         || k > 0
-          && *self.spans[k].left() == *minus(self.spans[k - 1].holders(), self.spans[k].holders())
+          && minus(self.spans[k - 1].holders(), self.spans[k].holders())
+            .eq(self.spans[k].left().iter().copied())
     })
   }
 
@@ -179,8 +180,8 @@ impl Edge {
       } else {
         self.spans[k - 1].holders()
       };
-      if !is_minus(span.left(), prev, span.holders()) {
-        let left = minus(prev, span.holders());
+      if !minus(prev, span.holders()).eq(span.left().iter().copied()) {
+        let left: Vec<u32> = minus(prev, span.holders()).collect();
         self.spans[k] = Span::new(span.start, span.holders(), &left);
       }
     }
@@ -368,41 +369,20 @@ fn with(set: &[u32], slot: u32) -> Vec<u32> {
   v
 }
 
-/// Whether `left` is `a` without the members of `b` (all sorted).
-fn is_minus(left: &[u32], a: &[u32], b: &[u32]) -> bool {
-  let (mut j, mut n) = (0, 0);
-  for &x in a {
-    while j < b.len() && b[j] < x {
-      j += 1;
-    }
-    if j == b.len() || b[j] != x {
-      if left.get(n) != Some(&x) {
-        return false;
-      }
-      n += 1;
-    }
-  }
-  n == left.len()
-}
-
 /// Whether `less` is `set` without `slot` (both sorted, `slot` in `set`).
 fn is_without(less: &[u32], set: &[u32], slot: u32) -> bool {
   less.len() + 1 == set.len() && set.iter().filter(|&&s| s != slot).eq(less.iter())
 }
 
-/// `a` without the members of `b` (both sorted).
-fn minus(a: &[u32], b: &[u32]) -> Box<[u32]> {
+/// `a` without the members of `b` (both sorted), in order.
+fn minus<'a>(a: &'a [u32], b: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
   let mut j = 0;
-  let mut out = Vec::new();
-  for &x in a {
+  a.iter().copied().filter(move |&x| {
     while j < b.len() && b[j] < x {
       j += 1;
     }
-    if j == b.len() || b[j] != x {
-      out.push(x);
-    }
-  }
-  out.into_boxed_slice()
+    j == b.len() || b[j] != x
+  })
 }
 
 /// `set` (sorted) without `slot`.

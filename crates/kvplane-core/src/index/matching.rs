@@ -91,13 +91,9 @@ impl Alive {
     }
     let mut count = 0;
     for w in lo..hi {
-      let mut left = self.bits[w] & !self.held[w];
+      score_bits(w, self.bits[w] & !self.held[w], depth, score);
       self.bits[w] &= self.held[w];
       count += self.bits[w].count_ones();
-      while left != 0 {
-        score[w * 64 + left.trailing_zeros() as usize] = depth;
-        left &= left - 1;
-      }
     }
     self.count = count;
     // Narrow the word range to the words with workers left.
@@ -110,7 +106,16 @@ impl Alive {
   }
 }
 
-/// How many spans ahead of the walk their `left` is fetched: each span's `left` is an
+/// Scores `depth` to the workers of word `w` whose bits are set in `bits`.
+#[inline]
+fn score_bits(w: usize, mut bits: u64, depth: u32, score: &mut [u32]) {
+  while bits != 0 {
+    score[w * 64 + bits.trailing_zeros() as usize] = depth;
+    bits &= bits - 1;
+  }
+}
+
+/// How many spans ahead of the walk their `left` is fetched: each span's lists are an
 /// allocation of their own, a cache miss when the walk reaches it, and the keys of a span are
 /// compared in less time than a miss takes.
 const AHEAD: usize = 4;
@@ -237,11 +242,7 @@ impl Index {
       }
     }
     for w in alive.lo..alive.hi {
-      let mut left = alive.bits[w];
-      while left != 0 {
-        score[w * 64 + left.trailing_zeros() as usize] = d as u32 + 1;
-        left &= left - 1;
-      }
+      score_bits(w, alive.bits[w], d as u32 + 1, &mut score);
     }
     out.scores.reserve_exact(answered.len());
     out.tree_sizes.reserve_exact(answered.len());

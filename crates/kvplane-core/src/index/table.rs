@@ -591,7 +591,8 @@ impl TagMap {
 }
 
 /// `n` values of `T` in zeroed memory (fresh pages from the system are zero already, so a big
-/// table is not written twice).
+/// table is not written twice). std's `Box::new_zeroed_slice` does this from Rust 1.92; the
+/// crate supports 1.88.
 ///
 /// # Safety
 /// All-zero bytes must be a valid `T` (the tables' buckets: integers only).
