@@ -22,8 +22,13 @@
 // `kvplane_js` is kvplane with `--native-zmq false`: the engine read by zeromq.js and every batch
 // relayed and sent from the JS thread, as before the native path; measured at its own half rate.
 //
+// `--paired`: during the latency step a second subscriber here also reads the engine's own socket,
+// so each relayed batch's added latency is measured on the batch itself (its receive through the
+// relay minus its receive straight from the engine, in the same moment), not as the difference of
+// two p99s taken in different steps (`paired_added_ms_*`).
+//
 //   node bench/relay.mjs [--seconds 10] [--events 32] [--only KIND,KIND...: direct kvplane kvplane_js python forward proxy] [--half-rate N]
-//                        [--coalesce-bytes N] [--no-grpc] [--spin]
+//                        [--coalesce-bytes N] [--no-grpc] [--spin] [--paired]
 import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { createServer } from 'node:net';
@@ -39,6 +44,7 @@ const halfRateFlag = flag('--half-rate', null);
 const halfRate = halfRateFlag === null ? null : Number(halfRateFlag);
 /** The closed loop waits for the relay by spinning on setImmediate (see the wait below). */
 const spin = args.includes('--spin');
+const paired = args.includes('--paired');
 /** kvplane's --engine-coalesce-bytes (default: the relay's own). */
 const coalesce = flag('--coalesce-bytes', null);
 /** Events per engine batch: half single-block stores (chains of 4), half removals. */
@@ -239,6 +245,9 @@ async function measure(kind, batches, halfRate) {
   let latencies = null;
   /** Send times (the `ts` each batch carries) of the latency step's batches, in order. */
   const sentAt = [];
+  /** --paired: when each of those batches was read straight off the engine's socket, and each relayed batch's time after that. */
+  const directAt = [];
+  const pairedAdded = [];
   let cursor = 0;
   const record = (ts, n) => {
     const t = now();
@@ -248,7 +257,10 @@ async function measure(kind, batches, halfRate) {
       for (let i = 0; i < n; i++) latencies.push((t - ts) * 1000);
       return;
     }
-    for (let i = 0; i < n; i++) latencies.push((t - sentAt[cursor + i]) * 1000);
+    for (let i = 0; i < n; i++) {
+      latencies.push((t - sentAt[cursor + i]) * 1000);
+      if (directAt[cursor + i] !== undefined) pairedAdded.push((t - directAt[cursor + i]) * 1000);
+    }
     cursor += n;
   };
   /** Wakes the sender when batches arrive (it waits there while its window is full). */
@@ -300,6 +312,26 @@ async function measure(kind, batches, halfRate) {
   const topRate = (topBatches * EVENTS) / elapsed;
   for (let i = 0; i < 100 && received - base < sent; i++) await sleep(20);
 
+  // --paired: the engine's socket read here too (one engine batch a message), from the latency
+  // step on (joined after the top rate, which it would otherwise slow down).
+  let directSub = null;
+  let directReading = null;
+  if (paired && kind !== 'direct') {
+    directSub = new Subscriber({ receiveHighWaterMark: 0, linger: 0 });
+    directSub.connect(pub.lastEndpoint);
+    directSub.subscribe();
+    await sleep(500);
+    let at = 0;
+    directReading = (async () => {
+      for await (const [, , payload] of directSub) {
+        if (!latencies || payload.length < 12) continue;
+        const ts = payload.readDoubleBE(2);
+        while (at < sentAt.length && sentAt[at] < ts) at++;
+        if (sentAt[at] === ts) directAt[at++] = now();
+      }
+    })().catch(() => {});
+  }
+
   // 2. Latency at half the top rate (or --half-rate), open loop: batches sent on a 1 ms tick.
   const perMs = (halfRate ?? topRate / 2) / EVENTS / 1000;
   latencies = [];
@@ -323,8 +355,11 @@ async function measure(kind, batches, halfRate) {
   const lost = sentHalf - (received - before);
   const internal = await relay.internal?.();
   const sorted = latencies.sort((a, b) => a - b);
+  const pairs = pairedAdded.sort((a, b) => a - b);
   sub.close();
   await reading;
+  directSub?.close();
+  await directReading;
   await relay.stop();
   pub.close();
   return {
@@ -334,6 +369,11 @@ async function measure(kind, batches, halfRate) {
     latency_ms_p50: +pct(sorted, 50).toFixed(3),
     latency_ms_p99: +pct(sorted, 99).toFixed(3),
     lost_at_half_rate: lost,
+    ...(pairs.length > 0 && {
+      paired_added_ms_p50: +pct(pairs, 50).toFixed(3),
+      paired_added_ms_p99: +pct(pairs, 99).toFixed(3),
+      paired_batches: pairs.length,
+    }),
     ...(internal && {
       relay_own_ms_p50: internal.p50,
       relay_own_ms_p99: internal.p99,
