@@ -1,9 +1,16 @@
 import { execFileSync } from 'node:child_process';
 import { createServer } from 'node:http';
+import { type ClientReadableStream, credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher, Subscriber } from 'zeromq';
-import { decodeBatch, encodeBatch, KvEventPublisher } from '../src/index.js';
-import { relayed, serveNode, sleep, storedBlock as stored } from './fixtures.js';
+import {
+  decodeBatch,
+  encodeBatch,
+  encodeSubscribeRequest,
+  KvEventPublisher,
+  subscribeDefinition,
+} from '../src/index.js';
+import { freePort, relayed, serveNode, sleep, storedBlock as stored, until } from './fixtures.js';
 
 const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
@@ -275,6 +282,94 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
       expect(metrics).toMatch(/^kvplane_engine_relay_latency_seconds\{source="vllm",quantile="0\.99"\} \S+$/m);
     }
   }, 30_000);
+
+  it('a gRPC subscriber that joins (or rejoins) while the link thread relays gets every batch from its start, in order', async () => {
+    // The relay encodes batches for gRPC only while it has a subscriber: batches relayed before
+    // one joins, and those waiting for the JS thread when it does, reach it all the same.
+    const engine = await rawEngine();
+    const grpcPort = await freePort();
+    const { http } = await relayNode([
+      '--engine',
+      'vllm',
+      '--engine-endpoint',
+      engine.lastEndpoint as string,
+      '--grpc-host',
+      '127.0.0.1',
+      '--grpc-port',
+      String(grpcPort),
+    ]);
+    // Engine batch i (from 0) stores block i + 1.
+    const batch = (i: number) =>
+      encodeBatch({ seq: 0n, ts: i + 1, dpRank: null, events: [stored(i + 1, null)] }, 'vllm');
+    let sent = 0;
+    const send = async (n: number) => {
+      for (const end = sent + n; sent < end; sent++) {
+        await engine.send([Buffer.alloc(0), seq(sent), batch(sent)]);
+        if (sent % 25 === 0) await sleep(2);
+      }
+    };
+    const Client = makeGenericClientConstructor(subscribeDefinition('vllm.grpc.engine.VllmEngine'), 'kv');
+    const subscribe = (start: bigint) => {
+      const client = new Client(`127.0.0.1:${grpcPort}`, credentials.createInsecure());
+      cleanup.push(() => client.close());
+      const call = (
+        client as unknown as Record<string, (r: Buffer) => ClientReadableStream<Buffer>>
+      ).SubscribeKvEvents?.(encodeSubscribeRequest(start)) as ClientReadableStream<Buffer>;
+      const got: Array<{ seq: bigint; hashes: bigint[] }> = [];
+      call.on('data', (b: Buffer) => {
+        const d = decodeBatch(b, 'smg_proto');
+        got.push({
+          seq: d.seq,
+          hashes: d.events.flatMap((e) => (e.type === 'stored' ? Array.from(e.blockHashes ?? []) : [])),
+        });
+      });
+      call.on('error', () => {});
+      return { got, stop: () => call.cancel() };
+    };
+    const lastSeq = async () => BigInt((await relayed(http)).at(-1)?.seq ?? 0);
+    const relayedUpTo = async (n: number) => {
+      for (let i = 0; i < 200; i++) {
+        const hashes = (await relayed(http)).flatMap((b) => b.events.flatMap((e) => e.block_hashes ?? []));
+        if (hashes.length >= n) return;
+        await sleep(50);
+      }
+      throw new Error(`the relay did not publish ${n} blocks`);
+    };
+    // What a subscriber got must be the log from its start: contiguous seqs, the same blocks.
+    const check = async (got: Array<{ seq: bigint; hashes: bigint[] }>, start: bigint) => {
+      const log = (await relayed(http)).filter((b) => BigInt(b.seq) >= start);
+      expect(got.map((b) => b.seq)).toEqual(log.map((b) => BigInt(b.seq)));
+      expect(got.map((b) => b.hashes)).toEqual(
+        log.map((b) => b.events.flatMap((e) => e.block_hashes ?? []).map(BigInt)),
+      );
+    };
+
+    await send(200);
+    await relayedUpTo(200);
+    const first = (await relayed(http))[0]?.seq as number;
+    // Joins from the log's first seq while the engine keeps publishing.
+    const a = subscribe(BigInt(first));
+    await send(400);
+    await relayedUpTo(600);
+    const end = await lastSeq();
+    await until(() => a.got.at(-1)?.seq === end, 'the first subscriber to catch up');
+    await check(a.got, BigInt(first));
+    expect(a.got.flatMap((b) => b.hashes)).toEqual(Array.from({ length: 600 }, (_, i) => BigInt(i + 1)));
+    a.stop();
+    await sleep(200);
+
+    // With no subscriber again; then one from the next seq while batches keep coming.
+    await send(200);
+    await relayedUpTo(800);
+    const b = subscribe(end + 1n);
+    await send(200);
+    await relayedUpTo(1000);
+    const end2 = await lastSeq();
+    await until(() => b.got.at(-1)?.seq === end2, 'the second subscriber to catch up');
+    await check(b.got, end + 1n);
+    expect(b.got.flatMap((x) => x.hashes)).toEqual(Array.from({ length: 400 }, (_, i) => BigInt(i + 601)));
+    b.stop();
+  }, 60_000);
 
   it('a batch relayed on the link thread that fails closed is reported under its own rank', async () => {
     // Rank 1's stored event does not fill its block.

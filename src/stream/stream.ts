@@ -347,7 +347,9 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
       this.emit('failClosed', { dpRank: rank, message: e.message });
     }
     if (out.gaps > 0) this.emit('gap', { seq: out.seqs[0] ?? 0n, count: out.gaps });
-    for (const c of this.#consumers) {
+    // A consumer may stop (its own or another's) while they are called: those left get the batches.
+    for (const c of [...this.#consumers]) {
+      if (!this.#consumers.includes(c)) continue;
       const batches = batchesIn(out, c.format);
       if (batches) c.fn(batches);
     }

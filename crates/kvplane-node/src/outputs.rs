@@ -196,35 +196,34 @@ pub fn published_out(d: Drained) -> PublishedOut {
 
 /// `published_out` with only the encodings in `formats` (by name; `None`: all): the others are
 /// not copied out (a logged payload, shared with the log, is copied into its Buffer).
-pub fn published_out_in(d: Drained, formats: Option<&[String]>) -> PublishedOut {
-  let mut encodings: Vec<EncodingOut> = Vec::new();
-  let mut errors = Vec::new();
+pub fn published_out_in(mut d: Drained, formats: Option<&[String]>) -> PublishedOut {
   let seqs = BigUint64Array::new(d.batches.iter().map(|b| b.seq).collect());
-  let wanted = |f: Format| formats.is_none_or(|fs| fs.iter().any(|n| n == f.name()));
-  for b in d.batches {
-    let kept = b
-      .encodings
-      .into_vec()
-      .into_iter()
-      .filter(|(f, _)| wanted(*f));
-    for (i, (format, payload)) in kept.enumerate() {
-      if i == encodings.len() {
-        encodings.push(EncodingOut {
-          format: format.name().to_string(),
-          payloads: Vec::with_capacity(seqs.len()),
-        });
-      }
-      encodings[i].payloads.push(buffer_of(payload));
-    }
+  let mut errors = Vec::new();
+  for b in &mut d.batches {
     let rank = b.dp_rank;
-    errors.extend(b.errors.into_iter().map(|e| error_out(e, rank)));
+    errors.extend(
+      std::mem::take(&mut b.errors)
+        .into_iter()
+        .map(|e| error_out(e, rank)),
+    );
   }
+  let (events, gaps) = (d.events as u32, d.gaps as u32);
+  let wanted: Option<Vec<Format>> =
+    formats.map(|fs| fs.iter().filter_map(|n| Format::parse(n).ok()).collect());
+  let encodings = d
+    .into_payloads(wanted.as_deref())
+    .into_iter()
+    .map(|(format, payloads)| EncodingOut {
+      format: format.name().to_string(),
+      payloads: payloads.into_iter().map(buffer_of).collect(),
+    })
+    .collect();
   PublishedOut {
     seqs,
     encodings,
     errors,
-    events: d.events as u32,
-    gaps: d.gaps as u32,
+    events,
+    gaps,
   }
 }
 

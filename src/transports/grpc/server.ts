@@ -152,7 +152,8 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
   #snapshots = 0;
   readonly #snapshotQueue: Array<() => void> = [];
   readonly #subscribers = new Set<Subscriber>();
-  readonly #unlisten: () => void;
+  /** Stops taking the stream's batches: set while there are subscribers, to take them live. */
+  #unlisten: (() => void) | null = null;
   readonly #upstream: GrpcUpstream | null;
   readonly #loads: EngineLoadPoller | null;
   readonly #health: () => { healthy: boolean; message: string };
@@ -222,11 +223,6 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
       return own.healthy && extra ? extra() : own;
     };
     this.#unknownBefore = opts.unknownBefore;
-    if (this.#stream) {
-      this.#unlisten = this.#stream.consume('smg_proto', (b) => this.#fanOut(b));
-    } else {
-      this.#unlisten = () => {};
-    }
   }
 
   static async create(opts: KvGrpcServerOptions & AbortOptions): Promise<KvGrpcServer> {
@@ -271,7 +267,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
           ),
       );
     } catch (err) {
-      self.#unlisten();
+      self.#stopListening();
       server.forceShutdown();
       throw err;
     }
@@ -329,7 +325,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
   async #close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    this.#unlisten();
+    this.#stopListening();
     this.#loads?.stop();
     this.#upstream?.close();
     for (const s of [...this.#subscribers])
@@ -447,6 +443,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     call.sendMetadata(this.#metadata());
     const onEnd = (s: Subscriber) => {
       this.#subscribers.delete(s);
+      if (this.#subscribers.size === 0) this.#stopListening();
       this.#sentByEnded += s.sent;
       this.#loadOnlyByEnded += s.loadOnlySent;
     };
@@ -459,6 +456,8 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
       loadsEarly,
     );
     this.#subscribers.add(sub);
+    // Live batches from now on: taken before the catch-up reads the log, so none falls between.
+    this.#unlisten ??= stream.consume('smg_proto', (b) => this.#fanOut(b));
     let snapshot: Promise<Snapshot | null> | undefined;
     let release = () => {};
     if (cursor === null) {
@@ -525,6 +524,17 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
       details,
       metadata: this.#metadata(),
     });
+  }
+
+  /**
+   * Stops taking the stream's batches. The server takes them (and so the stream encodes them in
+   * gRPC's format, on the link thread for a relayed engine) only while it has subscribers: the
+   * first one starts it before its catch-up reads the log, and batches published with none
+   * here are read from the log by the next one's catch-up.
+   */
+  #stopListening(): void {
+    this.#unlisten?.();
+    this.#unlisten = null;
   }
 
   #fanOut(b: EncodedBatches): void {

@@ -7,6 +7,7 @@
 //! without that lock (never waiting for a batch being applied).
 
 use super::{Drained, LocalIndexer};
+use crate::codec::Format;
 use crate::stream::log::Payload;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -36,6 +37,40 @@ impl Drained {
     self.batches.extend(other.batches);
     self.events += other.events;
     self.gaps += other.gaps;
+  }
+
+  /// The batches' payloads per format, one per batch in seq order: in each of `formats`, or, with
+  /// `None`, in every format a batch carries (in the order they first appear). A batch encoded
+  /// before its stream took up a format (a consumer that joined while it waited in the outbox)
+  /// is re-encoded from its logged payload, so no consumer misses a batch or gets another's
+  /// bytes. Nothing when there are no batches.
+  pub fn into_payloads(self, formats: Option<&[Format]>) -> Vec<(Format, Vec<Payload>)> {
+    let listed: Vec<Format> = match formats {
+      Some(fs) => fs.to_vec(),
+      None => self
+        .batches
+        .iter()
+        .flat_map(|b| b.encodings.iter().map(|(f, _)| *f))
+        .collect(),
+    };
+    let mut wanted: Vec<Format> = Vec::new();
+    for f in listed {
+      if !wanted.contains(&f) {
+        wanted.push(f);
+      }
+    }
+    if self.batches.is_empty() {
+      return Vec::new();
+    }
+    let n = self.batches.len();
+    let mut out: Vec<(Format, Vec<Payload>)> =
+      wanted.iter().map(|&f| (f, Vec::with_capacity(n))).collect();
+    for b in self.batches {
+      for ((_, payloads), p) in out.iter_mut().zip(b.encodings.into_formats(b.seq, &wanted)) {
+        payloads.push(p);
+      }
+    }
+    out
   }
 }
 

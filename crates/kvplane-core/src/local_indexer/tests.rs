@@ -678,3 +678,60 @@ fn the_live_tap_sees_every_logged_batch_in_seq_order_and_deferred_batches_come_f
   ix.apply_batch(batch(vec![stored(&[3], Some(2))])).unwrap();
   assert_eq!(seen.lock().unwrap().len(), 2);
 }
+
+#[test]
+fn a_format_taken_up_or_dropped_while_batches_wait_gives_every_batch_in_it_in_order() {
+  use crate::codec::Format;
+  let mut ix = indexer(100);
+  let relayed = |ix: &mut LocalIndexer, hashes: &[u64], parent: Option<u64>| {
+    let p = codec::encode(&batch(vec![stored(hashes, parent)]), Format::Vllm);
+    let d = ix.relay_encoded(&p, Dialect::Vllm, Some(0)).unwrap();
+    ix.defer(d);
+  };
+  // Waiting in the outbox: one batch from before gRPC's format was taken up, one after it, one
+  // after it was dropped again.
+  relayed(&mut ix, &[1], None);
+  ix.set_format(Format::SmgProto, true);
+  relayed(&mut ix, &[2], Some(1));
+  let encoded_with_it = ix.stream().replay_as(ix.last_seq(), 1, Format::SmgProto);
+  ix.set_format(Format::SmgProto, false);
+  relayed(&mut ix, &[3], Some(2));
+  let d = ix.take_deferred();
+  let seqs: Vec<u64> = d.batches.iter().map(|b| b.seq).collect();
+  assert_eq!(
+    d.batches[1].encodings.get(Format::SmgProto),
+    Some(&encoded_with_it[0].payload),
+    "a re-encoded batch has the bytes it was published with"
+  );
+  let replayed = |f: Format| -> Vec<Vec<u8>> {
+    seqs
+      .iter()
+      .map(|&s| ix.stream().replay_as(s, 1, f)[0].payload.to_vec())
+      .collect()
+  };
+  let (vllm, smg) = (replayed(Format::Vllm), replayed(Format::SmgProto));
+  let bytes =
+    |ps: &Vec<crate::stream::log::Payload>| ps.iter().map(|p| p.to_vec()).collect::<Vec<_>>();
+
+  // Asked for by name: every batch, in seq order, each its own bytes.
+  let out = d
+    .clone()
+    .into_payloads(Some(&[Format::SmgProto, Format::Vllm, Format::SmgProto]));
+  assert_eq!(
+    out.iter().map(|(f, _)| *f).collect::<Vec<_>>(),
+    [Format::SmgProto, Format::Vllm]
+  );
+  assert_eq!(bytes(&out[0].1), smg);
+  assert_eq!(bytes(&out[1].1), vllm);
+  // Every format any batch carries.
+  let all = d.clone().into_payloads(None);
+  assert_eq!(
+    all.iter().map(|(f, _)| *f).collect::<Vec<_>>(),
+    [Format::Vllm, Format::SmgProto]
+  );
+  assert_eq!(bytes(&all[1].1), smg);
+  // Nothing for no batches.
+  assert!(Drained::default()
+    .into_payloads(Some(&[Format::Vllm]))
+    .is_empty());
+}

@@ -1,8 +1,9 @@
 //! A batch's encodings: one payload per format the stream carries, each encoded once and shared
 //! by every consumer of that format (the log and ZMQ take the log's format, gRPC `SmgProto`).
 
-use super::log::Payload;
-use crate::codec::Format;
+use super::log::{Logged, Payload};
+use super::{dialect_of_log, recovery};
+use crate::codec::{self, Format};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +36,29 @@ impl Encodings {
   /// The payload in `format`, if the stream carries it.
   pub fn get(&self, format: Format) -> Option<&Payload> {
     self.0.iter().find(|(f, _)| *f == format).map(|(_, p)| p)
+  }
+
+  /// One payload per format of `formats`, in that order: the batch's own encodings, moved out
+  /// (a payload only this batch holds is not copied), or, for a format the stream took up after
+  /// the batch (seq `seq`) was encoded, its logged payload re-encoded: the bytes a replay in that
+  /// format gives.
+  pub fn into_formats(self, seq: u64, formats: &[Format]) -> Vec<Payload> {
+    let (log_format, logged) = (self.0[0].0, self.0[0].1.clone());
+    let mut own = self.0;
+    formats
+      .iter()
+      .map(|&f| match own.iter().position(|(g, _)| *g == f) {
+        Some(k) => own.swap_remove(k).1,
+        None => {
+          let logged = Logged {
+            seq,
+            payload: logged.clone(),
+          };
+          let batch = recovery::decode_logged(&logged, dialect_of_log(log_format));
+          Arc::new(codec::encode(&batch, f))
+        }
+      })
+      .collect()
   }
 
   pub fn iter(&self) -> impl Iterator<Item = &(Format, Payload)> {

@@ -311,9 +311,14 @@ impl Stream {
 
   /// The dialect the log's batches decode with.
   fn log_dialect(&self) -> Dialect {
-    match self.cfg.log_format {
-      Format::Sglang => Dialect::Sglang,
-      _ => Dialect::Vllm,
-    }
+    dialect_of_log(self.cfg.log_format)
+  }
+}
+
+/// The dialect a log in `format` (a ZMQ msgpack format) is read back in.
+fn dialect_of_log(format: Format) -> Dialect {
+  match format {
+    Format::Sglang => Dialect::Sglang,
+    _ => Dialect::Vllm,
   }
 }
