@@ -10,6 +10,9 @@ import { DrainScheduler } from './drain.js';
 import { type BatchIterationOptions, type BatchIterator, iterateBatches } from './iterate.js';
 import { EventQueue } from './queue.js';
 
+/** How often a stream with no consumer takes up what its links relayed (its counts, its events). */
+const LAZY_TAKE_MS = 10;
+
 export interface KvEventStreamOptions {
   /** The engine's DP rank, written as the batches' `dp_rank`. Default: none (`dp_rank` nil, worker rank 0). */
   dataParallelRank?: number | null;
@@ -90,6 +93,8 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
   #gaps = 0;
   /** Native links relaying into this stream (`followZmq`). */
   #links = 0;
+  /** A take of the links' batches due soon, while no consumer waits for them. */
+  #lazyTake: ReturnType<typeof setTimeout> | null = null;
 
   constructor(options: KvEventStreamOptions = {}) {
     super();
@@ -199,9 +204,25 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
    */
   followZmq(opts: Native.EngineLinkOptions, onDelivery: (d: Native.ZmqDeliveryOut) => void): Native.NativeZmqLink {
     this.#open();
-    const link = this.indexer.followZmq(opts, onDelivery, () => this.#takeDeferred());
+    const link = this.indexer.followZmq(opts, onDelivery, () => this.#linkPublished());
     this.#links++;
     return link;
+  }
+
+  /**
+   * A link published batches: they go to the consumers at once. With no consumer (a node read over
+   * its native ZMQ PUB alone) only this stream's counts wait for them, so they are taken up at
+   * most every `LAZY_TAKE_MS`, not for every batch the link relays.
+   */
+  #linkPublished(): void {
+    if (this.#consumers.length > 0) {
+      this.#takeDeferred();
+      return;
+    }
+    this.#lazyTake ??= setTimeout(() => {
+      this.#lazyTake = null;
+      this.#takeDeferred();
+    }, LAZY_TAKE_MS).unref();
   }
 
   /**
@@ -320,6 +341,8 @@ export class KvEventStream extends EventEmitter<KvStreamEvents> {
 
   async #close(): Promise<void> {
     await this.flush();
+    if (this.#lazyTake) clearTimeout(this.#lazyTake);
+    this.#lazyTake = null;
     this.#takeDeferred();
     this.#closed = true;
     this.#drain.stop();

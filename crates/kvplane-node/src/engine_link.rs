@@ -41,7 +41,8 @@ pub struct EngineLinkOptions {
 type PublishedFn = ThreadsafeFunction<(), (), (), Status, false, true>;
 
 struct Notice {
-  /// A call is queued that JS has not run yet.
+  /// JS was told and has not taken the batches yet (shared by the indexer's links; cleared by
+  /// `takeDeferred`).
   queued: Arc<AtomicBool>,
   tsfn: PublishedFn,
 }
@@ -157,16 +158,12 @@ impl NativeLocalIndexer {
     lo.max_unread = opts.max_unread.unwrap_or(10_000) as u64;
     lo.coalesce_bytes = opts.coalesce_bytes.unwrap_or(0) as usize;
     lo.time_batches = true;
-    let queued = Arc::new(AtomicBool::new(false));
-    let q = queued.clone();
+    let queued = self.link_notice();
     let tsfn: PublishedFn = on_published
       .build_threadsafe_function::<()>()
       .callee_handled::<false>()
       .weak::<true>()
-      .build_callback(move |_| {
-        q.store(false, Ordering::Release);
-        Ok(())
-      })
+      .build_callback(|_| Ok(()))
       .map_err(|e| napi::Error::new(Code(ErrorCode::Internal.as_str()), e.reason))?;
     let apply = RelayApply {
       inner: self.shared(),
@@ -181,6 +178,8 @@ impl NativeLocalIndexer {
   /// in `formats` only (what JS consumes). Never waits for a batch being relayed.
   #[napi]
   pub fn take_deferred(&self, formats: Vec<String>) -> PublishedOut {
+    // Cleared first: a batch deferred after the take tells JS again.
+    self.link_notice().store(false, Ordering::Release);
     published_out_in(self.outbox().take(), Some(&formats))
   }
 

@@ -23,6 +23,7 @@ use kvplane_core::stream::Cursor;
 use kvplane_core::{ErrorCode, KvError, KvResult};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 #[napi]
@@ -30,6 +31,9 @@ pub struct NativeLocalIndexer {
   inner: Shared,
   /// Batches relayed on link threads, taken without the indexer's lock.
   outbox: Outbox,
+  /// JS has been told that links deferred batches and has not taken them yet (`takeDeferred`):
+  /// until it does, links relay without telling it again.
+  link_notice: Arc<AtomicBool>,
 }
 
 impl NativeLocalIndexer {
@@ -39,6 +43,10 @@ impl NativeLocalIndexer {
 
   pub(crate) fn outbox(&self) -> &Outbox {
     &self.outbox
+  }
+
+  pub(crate) fn link_notice(&self) -> Arc<AtomicBool> {
+    self.link_notice.clone()
   }
 }
 
@@ -174,6 +182,7 @@ impl NativeLocalIndexer {
     let ix = guard_js(|| LocalIndexer::new(LocalIndexerConfig::try_from(&options)?))?;
     Ok(NativeLocalIndexer {
       outbox: ix.outbox(),
+      link_notice: Arc::new(AtomicBool::new(false)),
       inner: Arc::new(Mutex::new(Some(ix))),
     })
   }
