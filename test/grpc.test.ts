@@ -331,6 +331,33 @@ describe('KvGrpcServer', () => {
     expect(applied).toEqual(range(1, 16));
   });
 
+  it('subscribers that join while batches are being published get every one, each time gRPC is taken up anew', async () => {
+    // The server takes the stream in gRPC's format only while it has subscribers, so a drain
+    // that was encoding when the first one joined has no gRPC payload: those batches must reach
+    // it from the log. Events keep coming in several small publishes per turn (drains in flight).
+    const { pub, address } = await node();
+    let i = 0;
+    let publishing = true;
+    const publisher = (async () => {
+      while (publishing) {
+        for (let k = 0; k < 4; k++) pub.publish(batchEvents(i++));
+        await new Promise((r) => setImmediate(r));
+      }
+    })();
+    for (let round = 0; round < 6; round++) {
+      await sleep(15);
+      const start = pub.indexer.lastSeq + 1n;
+      const sub = subscribe(address, start, 200);
+      const got = await sub.done;
+      expect(got.status).toBeUndefined();
+      expect(seqsOf(got.batches)).toEqual(range(Number(start), 200));
+      // The last subscriber is gone: the next round takes the format up again.
+      await sleep(10);
+    }
+    publishing = false;
+    await publisher;
+  });
+
   it('16 concurrent subscribers each receive the full stream, the same bytes', async () => {
     const { pub, grpc, address } = await node();
     const subs = Array.from({ length: 16 }, () => subscribe(address, 0n, 30));
