@@ -3,7 +3,7 @@
 
 use super::log::{Logged, Payload};
 use super::{dialect_of_log, recovery};
-use crate::codec::{self, Format};
+use crate::codec::Format;
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -54,8 +54,7 @@ impl Encodings {
             seq,
             payload: logged.clone(),
           };
-          let batch = recovery::decode_logged(&logged, dialect_of_log(log_format));
-          Arc::new(codec::encode(&batch, f))
+          recovery::reencode_logged(&logged, dialect_of_log(log_format), f)
         }
       })
       .collect()

@@ -19,7 +19,6 @@ use crate::error::{KvError, KvResult};
 use crate::event::{Batch, EventRef};
 use crate::index::WorkerDump;
 use log::{Logged, ReplayLog, DEFAULT_BUFFER_STEPS};
-use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy)]
 pub struct StreamConfig {
@@ -195,10 +194,7 @@ impl Stream {
       .into_iter()
       .map(|l| Logged {
         seq: l.seq,
-        payload: Arc::new(codec::encode(
-          &recovery::decode_logged(&l, self.log_dialect()),
-          format,
-        )),
+        payload: recovery::reencode_logged(&l, self.log_dialect(), format),
       })
       .collect()
   }

@@ -1,9 +1,10 @@
 //! The answer to a recovery request (docs/protocol.md#http-kv_recover).
 
-use super::log::Logged;
-use crate::codec::{self, Dialect};
+use super::log::{Logged, Payload};
+use crate::codec::{self, Dialect, Format};
 use crate::event::Batch;
 use crate::index::WorkerDump;
+use std::sync::Arc;
 
 /// The answer to a recovery request for `start..=end`.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,6 +78,12 @@ impl RecoveryCut {
       },
     }
   }
+}
+
+/// A logged batch in `format`: its logged payload (in `dialect`) decoded and encoded again, the
+/// bytes the live stream carried in that format.
+pub(super) fn reencode_logged(l: &Logged, dialect: Dialect, format: Format) -> Payload {
+  Arc::new(codec::encode(&decode_logged(l, dialect), format))
 }
 
 /// A logged batch, decoded, with its seq.
