@@ -158,7 +158,7 @@ impl NativeLocalIndexer {
     lo.max_unread = opts.max_unread.unwrap_or(10_000) as u64;
     lo.coalesce_bytes = opts.coalesce_bytes.unwrap_or(0) as usize;
     lo.time_batches = true;
-    let queued = self.link_notice();
+    let queued = self.link_notice().clone();
     let tsfn: PublishedFn = on_published
       .build_threadsafe_function::<()>()
       .callee_handled::<false>()

@@ -45,8 +45,8 @@ impl NativeLocalIndexer {
     &self.outbox
   }
 
-  pub(crate) fn link_notice(&self) -> Arc<AtomicBool> {
-    self.link_notice.clone()
+  pub(crate) fn link_notice(&self) -> &Arc<AtomicBool> {
+    &self.link_notice
   }
 }
 

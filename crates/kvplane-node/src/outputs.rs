@@ -194,8 +194,9 @@ pub fn published_out(d: Drained) -> PublishedOut {
   published_out_in(d, None)
 }
 
-/// `published_out` with only the encodings in `formats` (by name; `None`: all): the others are
-/// not copied out (a logged payload, shared with the log, is copied into its Buffer).
+/// `published_out` with only the encodings in `formats` (by name; `None`: all the batches carry),
+/// each for every batch (`Drained::into_payloads`): the others are not copied out (a logged
+/// payload, shared with the log, is copied into its Buffer).
 pub fn published_out_in(mut d: Drained, formats: Option<&[String]>) -> PublishedOut {
   let seqs = BigUint64Array::new(d.batches.iter().map(|b| b.seq).collect());
   let mut errors = Vec::new();
