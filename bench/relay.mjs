@@ -27,8 +27,14 @@
 // relay minus its receive straight from the engine, in the same moment), not as the difference of
 // two p99s taken in different steps (`paired_added_ms_*`).
 //
+// `--rounds K` (K > 1): every relay is opened at once (idle while another is measured), the top
+// rates are measured one after the other, and then the latency steps in turns, K rounds of
+// --seconds / K each, so that a slow window of the machine falls on every kind alike; each kind's
+// p99 is over all its rounds, and the added p99 is also given as the median, over the rounds, of
+// kvplane's p99 minus direct's in the same round.
+//
 //   node bench/relay.mjs [--seconds 10] [--events 32] [--only KIND,KIND...: direct kvplane kvplane_js python forward proxy] [--half-rate N]
-//                        [--coalesce-bytes N] [--no-grpc] [--spin] [--paired]
+//                        [--coalesce-bytes N] [--no-grpc] [--spin] [--paired] [--rounds K]
 import { spawn } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { createServer } from 'node:net';
@@ -45,6 +51,8 @@ const halfRate = halfRateFlag === null ? null : Number(halfRateFlag);
 /** The closed loop waits for the relay by spinning on setImmediate (see the wait below). */
 const spin = args.includes('--spin');
 const paired = args.includes('--paired');
+/** Latency steps in turns across the kinds (see the end of this file); 1: each kind alone. */
+const rounds = Number(flag('--rounds', '1'));
 /** kvplane's --engine-coalesce-bytes (default: the relay's own). */
 const coalesce = flag('--coalesce-bytes', null);
 /** Events per engine batch: half single-block stores (chains of 4), half removals. */
@@ -228,7 +236,12 @@ function eventsIn(payload) {
 /** Percentile of sorted numbers. */
 const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 
-async function measure(kind, batches, halfRate) {
+/**
+ * Opens a relay of `kind` on a fresh engine socket, with this process's subscriber on its output:
+ * `top()` runs the top-rate step, `latency(rate, secs)` a latency step (as often as asked, each
+ * on batches of its own), `close()` stops it all.
+ */
+async function open(kind, batches) {
   const pub = new Publisher({ sendHighWaterMark: 0, linger: 0 });
   await pub.bind('tcp://127.0.0.1:*');
   const relay = await startRelay(kind, pub.lastEndpoint);
@@ -244,10 +257,10 @@ async function measure(kind, batches, halfRate) {
   let received = 0;
   let latencies = null;
   /** Send times (the `ts` each batch carries) of the latency step's batches, in order. */
-  const sentAt = [];
+  let sentAt = [];
   /** --paired: when each of those batches was read straight off the engine's socket, and each relayed batch's time after that. */
-  const directAt = [];
-  const pairedAdded = [];
+  let directAt = [];
+  let pairedAdded = [];
   let cursor = 0;
   const record = (ts, n) => {
     const t = now();
@@ -289,34 +302,36 @@ async function measure(kind, batches, halfRate) {
     await pub.send([topic, s, payload]);
   };
 
-  // 1. Top rate, closed loop.
-  const base = received;
-  let sent = 0;
-  const t0 = performance.now();
-  while (performance.now() - t0 < seconds * 1000) {
-    if (sent - (received - base) >= WINDOW) {
-      // Wait for the relay without spinning (this process shares the machine with it), unless
-      // --spin: then the idle loop keeps a core busy, as this bench did before 2026-11-25.
-      await new Promise((r) => {
-        if (spin) return setImmediate(r);
-        progress = r;
-        setTimeout(r, 50);
-      });
-      continue;
+  /** 1. Top rate, closed loop: events/s. */
+  async function top() {
+    const base = received;
+    let sent = 0;
+    const t0 = performance.now();
+    while (performance.now() - t0 < seconds * 1000) {
+      if (sent - (received - base) >= WINDOW) {
+        // Wait for the relay without spinning (this process shares the machine with it), unless
+        // --spin: then the idle loop keeps a core busy, as this bench did before 2026-11-25.
+        await new Promise((r) => {
+          if (spin) return setImmediate(r);
+          progress = r;
+          setTimeout(r, 50);
+        });
+        continue;
+      }
+      await send();
+      sent++;
     }
-    await send();
-    sent++;
+    const elapsed = (performance.now() - t0) / 1000;
+    const topRate = ((received - base) * EVENTS) / elapsed;
+    for (let i = 0; i < 100 && received - base < sent; i++) await sleep(20);
+    return topRate;
   }
-  const elapsed = (performance.now() - t0) / 1000;
-  const topBatches = received - base;
-  const topRate = (topBatches * EVENTS) / elapsed;
-  for (let i = 0; i < 100 && received - base < sent; i++) await sleep(20);
 
-  // --paired: the engine's socket read here too (one engine batch a message), from the latency
-  // step on (joined after the top rate, which it would otherwise slow down).
+  // --paired: the engine's socket read here too (one engine batch a message), from the first
+  // latency step on (joined after the top rate, which it would otherwise slow down).
   let directSub = null;
   let directReading = null;
-  if (paired && kind !== 'direct') {
+  async function pairUp() {
     directSub = new Subscriber({ receiveHighWaterMark: 0, linger: 0 });
     directSub.connect(pub.lastEndpoint);
     directSub.subscribe();
@@ -326,49 +341,108 @@ async function measure(kind, batches, halfRate) {
       for await (const [, , payload] of directSub) {
         if (!latencies || payload.length < 12) continue;
         const ts = payload.readDoubleBE(2);
+        if (at > sentAt.length) at = 0; // a new step
         while (at < sentAt.length && sentAt[at] < ts) at++;
         if (sentAt[at] === ts) directAt[at++] = now();
       }
     })().catch(() => {});
   }
 
-  // 2. Latency at half the top rate (or --half-rate), open loop: batches sent on a 1 ms tick.
-  const perMs = (halfRate ?? topRate / 2) / EVENTS / 1000;
-  latencies = [];
-  const before = received;
-  let owed = 0;
-  let sentHalf = 0;
-  const t1 = performance.now();
-  let tick = t1;
-  while (performance.now() - t1 < seconds * 1000) {
-    const t = performance.now();
-    owed += (t - tick) * perMs;
-    tick = t;
-    while (owed >= 1) {
-      await send();
-      sentHalf++;
-      owed--;
+  /** 2. Latency at `rate` events/s for `secs`, open loop: batches sent on a 1 ms tick. */
+  async function latency(rate, secs) {
+    if (paired && kind !== 'direct' && !directSub) await pairUp();
+    const perMs = rate / EVENTS / 1000;
+    sentAt = [];
+    directAt = [];
+    pairedAdded = [];
+    cursor = 0;
+    latencies = [];
+    const before = received;
+    let owed = 0;
+    let sentHalf = 0;
+    const t1 = performance.now();
+    let tick = t1;
+    while (performance.now() - t1 < secs * 1000) {
+      const t = performance.now();
+      owed += (t - tick) * perMs;
+      tick = t;
+      while (owed >= 1) {
+        await send();
+        sentHalf++;
+        owed--;
+      }
+      await sleep(1);
     }
-    await sleep(1);
+    for (let i = 0; i < 100 && received - before < sentHalf; i++) await sleep(20);
+    const step = { latencies, paired: pairedAdded, sent: sentHalf, lost: sentHalf - (received - before) };
+    latencies = null;
+    return step;
   }
-  for (let i = 0; i < 100 && received - before < sentHalf; i++) await sleep(20);
-  const lost = sentHalf - (received - before);
-  const internal = await relay.internal?.();
-  const sorted = latencies.sort((a, b) => a - b);
-  const pairs = pairedAdded.sort((a, b) => a - b);
-  sub.close();
-  await reading;
-  directSub?.close();
-  await directReading;
-  await relay.stop();
-  pub.close();
+
+  async function close() {
+    sub.close();
+    await reading;
+    directSub?.close();
+    await directReading;
+    await relay.stop();
+    pub.close();
+  }
+  return { top, latency, internal: () => relay.internal?.(), close };
+}
+
+const batches = workload();
+const kinds = ['python', 'kvplane', 'direct', 'forward', 'proxy', 'kvplane_js'].filter(
+  (k) => !only || only.includes(k),
+);
+/** The latency step's rate for a kind: its own half top rate, or kvplane's for the floors. */
+const rateOf = (kind, top) =>
+  halfRate ?? (['direct', 'forward', 'proxy'].includes(kind) && tops.kvplane ? tops.kvplane / 2 : top / 2);
+const tops = {};
+const steps = {};
+const results = {};
+if (rounds === 1) {
+  // Each kind alone, one after the other: its relay opened, both steps, closed.
+  for (const kind of kinds) {
+    const session = await open(kind, batches);
+    tops[kind] = await session.top();
+    steps[kind] = [await session.latency(rateOf(kind, tops[kind]), seconds)];
+    results[kind] = summarize(kind, steps[kind], await session.internal());
+    await session.close();
+    console.log(JSON.stringify(results[kind]));
+  }
+} else {
+  // Every relay open at once (the others idle while one is measured): the top rates one after
+  // the other, then the latency steps in turns, `rounds` of seconds / rounds each, so that a
+  // slow window of the machine falls on every kind alike.
+  const sessions = {};
+  for (const kind of kinds) {
+    sessions[kind] = await open(kind, batches);
+    tops[kind] = await sessions[kind].top();
+    steps[kind] = [];
+  }
+  for (let r = 0; r < rounds; r++)
+    for (const kind of kinds)
+      steps[kind].push(await sessions[kind].latency(rateOf(kind, tops[kind]), seconds / rounds));
+  for (const kind of kinds) {
+    results[kind] = summarize(kind, steps[kind], await sessions[kind].internal());
+    await sessions[kind].close();
+    console.log(JSON.stringify(results[kind]));
+  }
+}
+
+/** A kind's figures over its latency steps (all of them pooled; `round_p99s`: each step's own). */
+function summarize(kind, kindSteps, internal) {
+  const sorted = kindSteps.flatMap((s) => s.latencies).sort((a, b) => a - b);
+  const pairs = kindSteps.flatMap((s) => s.paired).sort((a, b) => a - b);
+  const sent = kindSteps.reduce((n, s) => n + s.sent, 0);
   return {
     relay: kind,
-    top_events_per_sec: Math.round(topRate),
-    half_rate_events_per_sec: Math.round((sentHalf * EVENTS) / seconds),
+    top_events_per_sec: Math.round(tops[kind]),
+    half_rate_events_per_sec: Math.round((sent * EVENTS) / seconds),
     latency_ms_p50: +pct(sorted, 50).toFixed(3),
     latency_ms_p99: +pct(sorted, 99).toFixed(3),
-    lost_at_half_rate: lost,
+    lost_at_half_rate: kindSteps.reduce((n, s) => n + s.lost, 0),
+    ...(kindSteps.length > 1 && { round_p99s: kindSteps.map((s) => p99of(s.latencies)) }),
     ...(pairs.length > 0 && {
       paired_added_ms_p50: +pct(pairs, 50).toFixed(3),
       paired_added_ms_p99: +pct(pairs, 99).toFixed(3),
@@ -383,17 +457,19 @@ async function measure(kind, batches, halfRate) {
   };
 }
 
-const batches = workload();
-const results = {};
-for (const kind of ['python', 'kvplane', 'direct', 'forward', 'proxy', 'kvplane_js']) {
-  if (only && !only.includes(kind)) continue;
-  const rate =
-    halfRate ??
-    (['direct', 'forward', 'proxy'].includes(kind) && results.kvplane ? results.kvplane.top_events_per_sec / 2 : null);
-  const r = await measure(kind, batches, rate);
-  console.log(JSON.stringify(r));
-  results[kind] = r;
+function p99of(latencies) {
+  return +pct(
+    [...latencies].sort((a, b) => a - b),
+    99,
+  ).toFixed(3);
 }
+
+/** The median of a kind's p99 minus direct's, round by round (each pair measured minutes apart at most). */
+function medianAdded(kind) {
+  const d = results[kind].round_p99s.map((p, i) => p - results.direct.round_p99s[i]).sort((a, b) => a - b);
+  return +d[Math.floor(d.length / 2)].toFixed(3);
+}
+
 const { direct, python: py, kvplane: kv } = results;
 if (py && kv) {
   const ratio = kv.top_events_per_sec / py.top_events_per_sec;
@@ -403,6 +479,7 @@ if (direct && kv) {
   // Added latency: through the relay minus engine straight to the subscriber, at the same rate.
   const added = +(kv.latency_ms_p99 - direct.latency_ms_p99).toFixed(3);
   console.log(`kvplane added p99: ${added} ms (target <= 1) ${added <= 1 ? 'ok' : 'MISSED'}`);
+  if (rounds > 1) console.log(`kvplane added p99, median of ${rounds} rounds: ${medianAdded('kvplane')} ms`);
 }
 if (py && results.kvplane_js) {
   const js = results.kvplane_js;
@@ -414,6 +491,7 @@ if (py && results.kvplane_js) {
 for (const floor of ['forward', 'proxy']) {
   if (direct && results[floor])
     console.log(
-      `${floor} (a relay doing nothing) added p99: ${(results[floor].latency_ms_p99 - direct.latency_ms_p99).toFixed(3)} ms`,
+      `${floor} (a relay doing nothing) added p99: ${(results[floor].latency_ms_p99 - direct.latency_ms_p99).toFixed(3)} ms` +
+        (rounds > 1 ? `; median of ${rounds} rounds: ${medianAdded(floor)} ms` : ''),
     );
 }
