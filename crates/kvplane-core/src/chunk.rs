@@ -147,6 +147,122 @@ impl EventChunk {
   }
 }
 
+/// Builds a chunk one event at a time (a decoder's output): an event goes into the columns when
+/// it says no more than they can and shares the chunk's attributes (its medium with every column
+/// event's, its block size and LoRA with every stored one's), and is kept whole otherwise. The
+/// attributes are those of the first column event that sets them.
+#[derive(Debug, Default)]
+pub struct ChunkBuilder {
+  chunk: EventChunk,
+  /// Whether a column event has set the medium, and a stored one the block size and LoRA.
+  medium_set: bool,
+  stored_set: bool,
+}
+
+impl ChunkBuilder {
+  pub fn with_capacity(events: usize) -> ChunkBuilder {
+    let mut c = ChunkBuilder::default();
+    c.chunk.kinds.reserve(events);
+    c.chunk.hash_counts.reserve(events);
+    c.chunk.parents.reserve(events);
+    c.chunk.has_parent.reserve(events);
+    c
+  }
+
+  /// Where the hash and token columns end: what an event read in part rolls back to.
+  pub fn mark(&self) -> (usize, usize) {
+    (self.chunk.hashes.len(), self.chunk.tokens.len())
+  }
+
+  pub fn rollback(&mut self, (h, t): (usize, usize)) {
+    self.chunk.hashes.truncate(h);
+    self.chunk.tokens.truncate(t);
+  }
+
+  /// The hash column, for the event being read to append to.
+  pub fn hashes(&mut self) -> &mut Vec<u64> {
+    &mut self.chunk.hashes
+  }
+
+  /// The token column, for the event being read to append to.
+  pub fn tokens(&mut self) -> &mut Vec<u32> {
+    &mut self.chunk.tokens
+  }
+
+  /// Whether a stored event with these attributes goes into the columns (the first one sets
+  /// what the rest must share).
+  pub fn fits_stored(
+    &mut self,
+    block_size: u32,
+    medium: Option<&str>,
+    lora_id: Option<i64>,
+    lora_name: Option<&str>,
+  ) -> bool {
+    let a = &self.chunk.attrs;
+    if (self.medium_set && a.medium.as_deref() != medium)
+      || (self.stored_set
+        && (a.block_size != block_size
+          || a.lora_id != lora_id
+          || a.lora_name.as_deref() != lora_name))
+    {
+      return false;
+    }
+    let a = &mut self.chunk.attrs;
+    if !self.medium_set {
+      a.medium = medium.map(str::to_owned);
+      self.medium_set = true;
+    }
+    if !self.stored_set {
+      (a.block_size, a.lora_id) = (block_size, lora_id);
+      a.lora_name = lora_name.map(str::to_owned);
+      self.stored_set = true;
+    }
+    true
+  }
+
+  /// Whether a removed event with this medium goes into the columns.
+  pub fn fits_removed(&mut self, medium: Option<&str>) -> bool {
+    if self.medium_set {
+      return self.chunk.attrs.medium.as_deref() == medium;
+    }
+    self.chunk.attrs.medium = medium.map(str::to_owned);
+    self.medium_set = true;
+    true
+  }
+
+  /// A stored event whose `count` hashes and their tokens were appended since its mark.
+  pub fn push_stored(&mut self, count: u32, parent: Option<u64>) {
+    self.push(KIND_STORED, count, parent);
+  }
+
+  /// A removed event whose `count` hashes were appended since its mark.
+  pub fn push_removed(&mut self, count: u32) {
+    self.push(KIND_REMOVED, count, None);
+  }
+
+  pub fn push_cleared(&mut self) {
+    self.push(KIND_CLEARED, 0, None);
+  }
+
+  /// An event kept whole.
+  pub fn push_event(&mut self, e: KvEvent) {
+    self.push(KIND_EVENT, 0, None);
+    self.chunk.events.push(e);
+  }
+
+  fn push(&mut self, kind: u8, count: u32, parent: Option<u64>) {
+    let c = &mut self.chunk;
+    c.kinds.push(kind);
+    c.hash_counts.push(count);
+    c.parents.push(parent.unwrap_or(0));
+    c.has_parent.push(parent.is_some() as u8);
+  }
+
+  pub fn finish(self) -> EventChunk {
+    self.chunk
+  }
+}
+
 /// Events in columns, borrowed: an `EventChunk`'s, or a host's columns applied where they lie.
 #[derive(Debug, Clone, Copy)]
 pub struct ChunkView<'a> {

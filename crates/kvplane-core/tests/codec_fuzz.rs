@@ -1,10 +1,11 @@
 //! Decoders on arbitrary bytes: random inputs and mutated golden fixtures, every dialect. Each
 //! input must decode or fail with `ERR_DECODE` (never panic), and whatever decodes must re-encode
-//! to vLLM's format and decode again to the same bytes. `KVPLANE_FUZZ_INPUTS` sets the total (default 2,000,000
+//! to vLLM's format and decode again to the same bytes. The relay's decoder into columns must
+//! agree with the whole-event one on every msgpack input. `KVPLANE_FUZZ_INPUTS` sets the total (default 2,000,000
 //! in release builds, 50,000 in debug ones).
 
 use kvplane_core::codec::{self, Dialect, Format};
-use kvplane_core::event::KvEvent;
+use kvplane_core::event::{EventRef, KvEvent};
 use kvplane_core::ErrorCode;
 
 struct Rng(u64);
@@ -98,7 +99,60 @@ fn mutate(r: &mut Rng, input: &[u8]) -> Vec<u8> {
   b
 }
 
-fn check(dialect: Dialect, bytes: &[u8], stats: &mut [u64; 3]) {
+/// The relay's decoder (a chunk of columns where events allow) against the whole-event one: it
+/// decodes what they decode, to the same events, and each format writes them to the same bytes.
+/// The events read into columns.
+fn check_chunks(dialect: Dialect, bytes: &[u8]) -> u64 {
+  let whole = codec::decode(bytes, dialect);
+  let chunks = codec::decode_all_chunks(&[bytes], dialect);
+  let (whole, chunks) = match (whole, chunks) {
+    (Ok(w), Ok(c)) => (w, c),
+    (Err(w), Err(c)) => {
+      assert_eq!((w.code, w.message), (c.code, c.message));
+      return 0;
+    }
+    (w, c) => panic!("whole {w:?} against chunks {c:?}"),
+  };
+  assert_eq!(whole.batches.len(), chunks.len());
+  let mut columns = 0;
+  for (b, c) in whole.batches.iter().zip(&chunks) {
+    assert_eq!((b.ts.to_bits(), b.dp_rank), (c.ts.to_bits(), c.dp_rank));
+    let views: Vec<EventRef<'_>> = c.chunk.iter().collect();
+    assert_eq!(views.len(), b.events.len());
+    columns += views
+      .iter()
+      .filter(|v| match v {
+        EventRef::Stored(s) => s.chunk_attrs().is_some(),
+        EventRef::Removed(r) => r.chunk_attrs().is_some(),
+        _ => false,
+      })
+      .count() as u64;
+    for fmt in [
+      Format::Vllm,
+      Format::VllmLegacy,
+      Format::Sglang,
+      Format::SmgProto,
+    ] {
+      assert_eq!(
+        codec::encode_events(7, b.ts, &views, b.dp_rank, fmt),
+        codec::encode_events(
+          7,
+          b.ts,
+          &b.events.iter().map(EventRef::of).collect::<Vec<_>>(),
+          b.dp_rank,
+          fmt
+        ),
+        "{fmt:?}"
+      );
+    }
+  }
+  columns
+}
+
+fn check(dialect: Dialect, bytes: &[u8], stats: &mut [u64; 4]) {
+  if matches!(dialect, Dialect::Vllm | Dialect::Sglang | Dialect::Trtllm) {
+    stats[3] += check_chunks(dialect, bytes);
+  }
   match codec::decode(bytes, dialect) {
     Err(e) => {
       assert_eq!(e.code, ErrorCode::Decode, "{e}");
@@ -146,7 +200,7 @@ fn decoders_never_panic_on_random_or_mutated_bytes() {
     });
   let seeds = seeds();
   let mut r = Rng(0x9e37_79b9_7f4a_7c15);
-  let mut stats = [0u64; 3];
+  let mut stats = [0u64; 4];
   for i in 0..total {
     if i % 8 == 0 {
       // Pure noise, any dialect.
@@ -160,8 +214,9 @@ fn decoders_never_panic_on_random_or_mutated_bytes() {
     }
   }
   eprintln!(
-    "{total} inputs: {} decoded, {} refused with ERR_DECODE, {} vLLM round trips",
-    stats[0], stats[1], stats[2]
+    "{total} inputs: {} decoded, {} refused with ERR_DECODE, {} vLLM round trips, {} events read into columns",
+    stats[0], stats[1], stats[2], stats[3]
   );
   assert!(stats[0] > total / 50 && stats[1] > total / 50, "{stats:?}");
+  assert!(stats[3] > total / 500, "{stats:?}");
 }

@@ -11,6 +11,7 @@ pub mod trtllm_json;
 pub mod value;
 pub mod zmq_msgpack;
 
+use crate::chunk::EventChunk;
 use crate::error::{KvError, KvResult};
 use crate::event::{Batch, EventRef, EventRefs, KvEvent};
 
@@ -140,6 +141,35 @@ pub fn decode_all(payloads: &[&[u8]], dialect: Dialect) -> KvResult<Vec<Decoded>
       })
     })
     .collect()
+}
+
+/// `decode_all`, each batch as a chunk: msgpack payloads in columns where their events allow
+/// (`zmq_msgpack::decode_batch_chunk`), every other event whole. The events are the same.
+pub fn decode_all_chunks(
+  payloads: &[&[u8]],
+  dialect: Dialect,
+) -> KvResult<Vec<zmq_msgpack::ChunkBatch>> {
+  let mut out = Vec::with_capacity(payloads.len());
+  for (i, bytes) in payloads.iter().enumerate() {
+    if matches!(dialect, Dialect::Vllm | Dialect::Sglang | Dialect::Trtllm) {
+      if let Some(c) = zmq_msgpack::decode_batch_chunk(bytes) {
+        out.push(c);
+        continue;
+      }
+    }
+    let d = decode(bytes, dialect).map_err(|mut e| {
+      if payloads.len() > 1 {
+        e.message = format!("payload {i}: {}", e.message);
+      }
+      e
+    })?;
+    out.extend(d.batches.into_iter().map(|b| zmq_msgpack::ChunkBatch {
+      ts: b.ts,
+      dp_rank: b.dp_rank,
+      chunk: EventChunk::from_events(b.events),
+    }));
+  }
+  Ok(out)
 }
 
 /// The layout check (docs/protocol.md#fail-closed-layouts) over decoded batches: the first stored

@@ -54,6 +54,7 @@ pub fn decode_error(message: impl Into<String>) -> KvError {
 }
 
 /// A cursor over msgpack bytes; every read is bounds-checked and fails with `ERR_DECODE`.
+#[derive(Clone)]
 pub struct Reader<'a> {
   buf: &'a [u8],
   pos: usize,

@@ -81,12 +81,12 @@ impl LocalIndexer {
     dialect: Dialect,
     dp_rank: Option<i32>,
   ) -> KvResult<Drained> {
-    let decoded = codec::decode_all(payloads, dialect)?;
+    let decoded = codec::decode_all_chunks(payloads, dialect)?;
     // Viewed where they were decoded: runs of one rank go out 1024 events at a time.
     let mut out = Drained::default();
     let mut run: Vec<EventRef<'_>> = Vec::with_capacity(MAX_BATCH_EVENTS);
     let mut run_of: (f64, Option<i32>) = (0.0, None);
-    for b in decoded.iter().flat_map(|d| &d.batches) {
+    for b in &decoded {
       let rank = dp_rank.or(b.dp_rank);
       if !run.is_empty() && rank != run_of.1 {
         out
@@ -94,11 +94,11 @@ impl LocalIndexer {
           .push(self.publish_events(&mut run, run_of.0, run_of.1)?);
         run.clear();
       }
-      for ev in &b.events {
+      for ev in b.chunk.iter() {
         if run.is_empty() {
           run_of = (b.ts, rank);
         }
-        run.push(EventRef::of(ev));
+        run.push(ev);
         out.events += 1;
         if run.len() == MAX_BATCH_EVENTS {
           out

@@ -7,6 +7,7 @@
 //! writes for vLLM's (or SGLang's) current struct definitions, or the last legacy array
 //! generation; `prepared` holds the bytes a chunk's column events share in vLLM's format.
 
+mod columns;
 mod decode;
 pub mod legacy;
 mod prepared;
@@ -15,6 +16,7 @@ pub mod sglang;
 mod tests;
 pub mod vllm;
 
+pub use columns::{decode_batch_chunk, ChunkBatch};
 pub(crate) use decode::decode_event;
 pub use decode::{decode_batch, DecodedBatch};
 

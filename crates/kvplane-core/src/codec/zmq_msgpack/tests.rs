@@ -1,4 +1,5 @@
 use crate::chunk::EventChunk;
+use crate::codec::msgpack::Writer;
 use crate::codec::{self, Format};
 use crate::columns::Columns;
 use crate::event::{Batch, EventRef, KvEvent, RemovedEvent, StoredEvent};
@@ -62,4 +63,150 @@ fn writes_what_the_batch_encoder_writes_in_every_format() {
       assert_eq!(bytes, codec::encode(&batch, format), "{format:?}");
     }
   }
+}
+
+fn stored(hashes: &[u64], parent: Option<u64>, medium: Option<&str>) -> StoredEvent {
+  StoredEvent {
+    block_hashes: hashes.to_vec(),
+    parent_block_hash: parent,
+    token_ids: (0..hashes.len() as u32 * 2).collect(),
+    block_size: 2,
+    medium: medium.map(Into::into),
+    ..Default::default()
+  }
+}
+
+fn removed(hashes: &[u64], medium: Option<&str>) -> KvEvent {
+  KvEvent::Removed(RemovedEvent {
+    block_hashes: hashes.to_vec(),
+    medium: medium.map(Into::into),
+    ..Default::default()
+  })
+}
+
+/// Which of a chunk's events are in its columns.
+fn in_columns(c: &EventChunk) -> Vec<bool> {
+  c.iter()
+    .map(|e| match e {
+      EventRef::Stored(s) => s.chunk_attrs().is_some(),
+      EventRef::Removed(r) => r.chunk_attrs().is_some(),
+      _ => true,
+    })
+    .collect()
+}
+
+/// The relay's decoder puts plain events sharing the first ones' attributes into columns and
+/// reads every other event whole, to the same events and the same bytes in every format.
+#[test]
+fn a_payload_decoded_into_columns_is_the_same_batch() {
+  let events = vec![
+    removed(&[1], Some("GPU")),
+    KvEvent::Stored(stored(&[2, 3], None, Some("GPU"))),
+    // Another medium, another block size, a LoRA, an extra field, byte-string hashes: whole.
+    KvEvent::Stored(stored(&[4], Some(3), Some("CPU"))),
+    KvEvent::Stored(StoredEvent {
+      block_size: 1,
+      token_ids: vec![5],
+      ..stored(&[5], None, Some("GPU"))
+    }),
+    KvEvent::Stored(StoredEvent {
+      lora_id: Some(2),
+      ..stored(&[6], None, Some("GPU"))
+    }),
+    KvEvent::Stored(StoredEvent {
+      group_idx: Some(1),
+      ..stored(&[7], None, Some("GPU"))
+    }),
+    KvEvent::Stored(StoredEvent {
+      hash_bytes: Some(Box::new(crate::event::HashBytes {
+        blocks: vec![vec![8; 32]],
+        parent: None,
+      })),
+      ..stored(&[u64::from_be_bytes([8; 8])], None, Some("GPU"))
+    }),
+    // A layout the index fails closed on: whole, so that it fails the same way.
+    KvEvent::Stored(StoredEvent {
+      token_ids: vec![1],
+      ..stored(&[9], None, Some("GPU"))
+    }),
+    KvEvent::Cleared,
+    removed(&[2, 3], Some("GPU")),
+    removed(&[4], Some("CPU")),
+    KvEvent::Stored(stored(&[10], Some(3), Some("GPU"))),
+  ];
+  let batch = Batch {
+    seq: 0,
+    ts: 2.5,
+    dp_rank: Some(1),
+    events,
+  };
+  for format in [Format::Vllm, Format::VllmLegacy, Format::Sglang] {
+    let payload = codec::encode(&batch, format);
+    let whole = super::decode_batch(&payload).unwrap().batch;
+    let c = super::decode_batch_chunk(&payload).unwrap();
+    assert_eq!((c.ts, c.dp_rank), (2.5, Some(1)));
+    let views: Vec<EventRef<'_>> = c.chunk.iter().collect();
+    let events: Vec<KvEvent> = views.iter().map(|e| e.to_event()).collect();
+    assert_eq!(events, whole.events, "{format:?}");
+    for out in [
+      Format::Vllm,
+      Format::VllmLegacy,
+      Format::Sglang,
+      Format::SmgProto,
+    ] {
+      assert_eq!(
+        codec::encode_events(4, 2.5, &views, Some(1), out),
+        codec::encode(
+          &Batch {
+            seq: 4,
+            ..whole.clone()
+          },
+          out
+        ),
+        "{format:?} as {out:?}"
+      );
+    }
+    // (SGLang's structs carry fewer fields, so fewer of its events differ.)
+    let expected = match format {
+      Format::Vllm => vec![
+        true, true, false, false, false, false, false, false, true, true, false, true,
+      ],
+      // Legacy tagged arrays are read whole.
+      Format::VllmLegacy => vec![
+        false, false, false, false, false, false, false, false, true, false, false, false,
+      ],
+      _ => continue,
+    };
+    assert_eq!(in_columns(&c.chunk), expected, "{format:?}");
+  }
+  // SGLang's EAGLE token pairs are read whole; a payload that does not decode gives none.
+  let mut w = Writer::new();
+  w.array_len(2);
+  w.f64(1.0);
+  w.array_len(1);
+  w.map_len(5);
+  w.str("type");
+  w.str("BlockStored");
+  w.str("block_hashes");
+  w.array_len(1);
+  w.uint(5);
+  w.str("parent_block_hash");
+  w.nil();
+  w.str("token_ids");
+  w.array_len(2);
+  for pair in [[1u64, 2], [2, 3]] {
+    w.array_len(2);
+    w.uint(pair[0]);
+    w.uint(pair[1]);
+  }
+  w.str("block_size");
+  w.uint(2);
+  let payload = w.into_inner();
+  let c = super::decode_batch_chunk(&payload).unwrap();
+  assert_eq!(in_columns(&c.chunk), vec![false]);
+  assert_eq!(
+    c.chunk.iter().map(|e| e.to_event()).collect::<Vec<_>>(),
+    super::decode_batch(&payload).unwrap().batch.events
+  );
+  assert!(super::decode_batch_chunk(&payload[..payload.len() - 1]).is_none());
 }
