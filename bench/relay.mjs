@@ -331,17 +331,20 @@ async function open(kind, batches) {
   // latency step on (joined after the top rate, which it would otherwise slow down).
   let directSub = null;
   let directReading = null;
+  /** Latency steps begun (a new one starts its own `sentAt`). */
+  let steps = 0;
   async function pairUp() {
     directSub = new Subscriber({ receiveHighWaterMark: 0, linger: 0 });
     directSub.connect(pub.lastEndpoint);
     directSub.subscribe();
     await sleep(500);
     let at = 0;
+    let atStep = steps;
     directReading = (async () => {
       for await (const [, , payload] of directSub) {
         if (!latencies || payload.length < 12) continue;
         const ts = payload.readDoubleBE(2);
-        if (at > sentAt.length) at = 0; // a new step
+        if (atStep !== steps) [at, atStep] = [0, steps]; // a new step
         while (at < sentAt.length && sentAt[at] < ts) at++;
         if (sentAt[at] === ts) directAt[at++] = now();
       }
@@ -351,6 +354,7 @@ async function open(kind, batches) {
   /** 2. Latency at `rate` events/s for `secs`, open loop: batches sent on a 1 ms tick. */
   async function latency(rate, secs) {
     if (paired && kind !== 'direct' && !directSub) await pairUp();
+    steps++;
     const perMs = rate / EVENTS / 1000;
     sentAt = [];
     directAt = [];
