@@ -16,6 +16,9 @@ pub struct Attrs {
   pub medium: Option<String>,
   pub lora_id: Option<i64>,
   pub lora_name: Option<String>,
+  /// The KV cache group of every column event (an engine's decoded payload; host columns have
+  /// none).
+  pub group_idx: Option<u32>,
 }
 
 impl Attrs {
@@ -26,6 +29,7 @@ impl Attrs {
       medium: c.medium.map(str::to_owned),
       lora_id: c.lora_id,
       lora_name: c.lora_name.map(str::to_owned),
+      group_idx: None,
     }
   }
 }
@@ -148,13 +152,14 @@ impl EventChunk {
 }
 
 /// Builds a chunk one event at a time (a decoder's output): an event goes into the columns when
-/// it says no more than they can and shares the chunk's attributes (its medium with every column
-/// event's, its block size and LoRA with every stored one's), and is kept whole otherwise. The
-/// attributes are those of the first column event that sets them.
+/// it says no more than they can and shares the chunk's attributes (its medium and cache group
+/// with every column event's, its block size and LoRA with every stored one's), and is kept whole
+/// otherwise. The attributes are those of the first column event that sets them.
 #[derive(Debug, Default)]
 pub struct ChunkBuilder {
   chunk: EventChunk,
-  /// Whether a column event has set the medium, and a stored one the block size and LoRA.
+  /// Whether a column event has set the medium and group, and a stored one the block size and
+  /// LoRA.
   medium_set: bool,
   stored_set: bool,
 }
@@ -194,12 +199,12 @@ impl ChunkBuilder {
   pub fn fits_stored(
     &mut self,
     block_size: u32,
-    medium: Option<&str>,
+    (medium, group_idx): (Option<&str>, Option<u32>),
     lora_id: Option<i64>,
     lora_name: Option<&str>,
   ) -> bool {
     let a = &self.chunk.attrs;
-    if (self.medium_set && a.medium.as_deref() != medium)
+    if (self.medium_set && (a.medium.as_deref() != medium || a.group_idx != group_idx))
       || (self.stored_set
         && (a.block_size != block_size
           || a.lora_id != lora_id
@@ -209,7 +214,7 @@ impl ChunkBuilder {
     }
     let a = &mut self.chunk.attrs;
     if !self.medium_set {
-      a.medium = medium.map(str::to_owned);
+      (a.medium, a.group_idx) = (medium.map(str::to_owned), group_idx);
       self.medium_set = true;
     }
     if !self.stored_set {
@@ -220,12 +225,13 @@ impl ChunkBuilder {
     true
   }
 
-  /// Whether a removed event with this medium goes into the columns.
-  pub fn fits_removed(&mut self, medium: Option<&str>) -> bool {
+  /// Whether a removed event with this medium and cache group goes into the columns.
+  pub fn fits_removed(&mut self, (medium, group_idx): (Option<&str>, Option<u32>)) -> bool {
+    let a = &mut self.chunk.attrs;
     if self.medium_set {
-      return self.chunk.attrs.medium.as_deref() == medium;
+      return a.medium.as_deref() == medium && a.group_idx == group_idx;
     }
-    self.chunk.attrs.medium = medium.map(str::to_owned);
+    (a.medium, a.group_idx) = (medium.map(str::to_owned), group_idx);
     self.medium_set = true;
     true
   }

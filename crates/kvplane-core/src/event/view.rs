@@ -156,6 +156,7 @@ impl<'a> StoredView<'a> {
         lora_id: a.lora_id,
         lora_name: a.lora_name.clone(),
         medium: a.medium.clone(),
+        group_idx: a.group_idx,
         ..Default::default()
       },
     }
@@ -198,7 +199,10 @@ impl<'a> RemovedView<'a> {
 
   #[inline]
   pub fn group_idx(&self) -> Option<u32> {
-    event_field!(self, |r| r.group_idx)
+    match self.source {
+      Source::Chunk(a) => a.group_idx,
+      Source::Event(r) => r.group_idx,
+    }
   }
 
   #[inline]
@@ -223,6 +227,7 @@ impl<'a> RemovedView<'a> {
       Source::Chunk(a) => RemovedEvent {
         block_hashes: self.block_hashes.to_vec(),
         medium: a.medium.clone(),
+        group_idx: a.group_idx,
         ..Default::default()
       },
     }
@@ -307,7 +312,10 @@ stored_fields!(StoredView<'a>, |s| {
     Source::Chunk(a) => a.medium.as_deref(),
     Source::Event(e) => e.medium.as_deref(),
   };
-  group_idx: Option<u32> = event_field!(s, |e| e.group_idx);
+  group_idx: Option<u32> = match s.source {
+    Source::Chunk(a) => a.group_idx,
+    Source::Event(e) => e.group_idx,
+  };
   cache_salt: Option<&'a str> = event_field!(s, |e| e.cache_salt.as_deref());
   extra_keys: Option<&'a Value> = event_field!(s, |e| e.extra_keys.as_ref());
   kv_cache_spec_kind: Option<&'a str> = event_field!(s, |e| e.kv_cache_spec_kind.as_deref());

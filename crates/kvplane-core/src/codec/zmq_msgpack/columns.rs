@@ -1,11 +1,12 @@
 //! Decoding a batch payload into a chunk of columns: the relay's path. A plain event (integer
 //! hashes, plain token ids, a block size its tokens fill, and the chunk's medium and LoRA, with
 //! no other field set) goes into the chunk's columns without an allocation of its own; any other
-//! event is decoded whole, as `decode_batch` decodes it, and kept whole in the chunk. A payload
+//! event is decoded whole, as `decode_batch` decodes it, and kept whole in the chunk. (The cache
+//! group is one of the chunk's attributes: vLLM sets it on every event.) A payload
 //! that is not a well-formed batch gives `None`: the caller decodes it with `decode_batch`, for
 //! the same result or error.
 
-use super::decode::{decode_event, read_opt_i64, read_u32, tag_of, Tag};
+use super::decode::{decode_event, read_opt_i64, read_opt_u32, read_u32, tag_of, Tag};
 use crate::chunk::{ChunkBuilder, EventChunk};
 use crate::codec::msgpack::{Kind, Reader};
 use crate::error::KvResult;
@@ -62,9 +63,8 @@ pub fn decode_batch_chunk(bytes: &[u8]) -> Option<ChunkBatch> {
 }
 
 /// Fields a plain event leaves unset (nil or absent); one set means the event is read whole.
-const WHOLE_ONLY: [&[u8]; 9] = [
+const WHOLE_ONLY: [&[u8]; 8] = [
   b"extra_keys",
-  b"group_idx",
   b"kv_cache_spec_kind",
   b"kv_cache_spec_sliding_window",
   b"locality",
@@ -95,6 +95,7 @@ fn plain_event(r: &mut Reader<'_>, b: &mut ChunkBuilder) -> KvResult<bool> {
   let mut lora_id = None;
   let mut medium = None;
   let mut lora_name = None;
+  let mut group_idx = None;
   for _ in 0..n {
     let key = r.read_str_bytes()?;
     let bit = match key {
@@ -106,6 +107,7 @@ fn plain_event(r: &mut Reader<'_>, b: &mut ChunkBuilder) -> KvResult<bool> {
       b"lora_id" => 32,
       b"medium" => 64,
       b"lora_name" => 128,
+      b"group_idx" => 256,
       _ => 0,
     };
     if seen & bit != 0 {
@@ -147,6 +149,7 @@ fn plain_event(r: &mut Reader<'_>, b: &mut ChunkBuilder) -> KvResult<bool> {
       b"lora_id" => lora_id = read_opt_i64(r, "lora_id")?,
       b"medium" => medium = r.read_opt_str()?,
       b"lora_name" => lora_name = r.read_opt_str()?,
+      b"group_idx" => group_idx = read_opt_u32(r, "group_idx")?,
       k if WHOLE_ONLY.contains(&k) => {
         if !r.try_nil() {
           return not_plain(b);
@@ -161,12 +164,12 @@ fn plain_event(r: &mut Reader<'_>, b: &mut ChunkBuilder) -> KvResult<bool> {
       if count > 0
         && block_size > 0
         && tokens == count * block_size as usize
-        && b.fits_stored(block_size, medium, lora_id, lora_name) =>
+        && b.fits_stored(block_size, (medium, group_idx), lora_id, lora_name) =>
     {
       b.push_stored(count as u32, parent);
       Ok(true)
     }
-    Some(Tag::Removed) if count > 0 && b.fits_removed(medium) => {
+    Some(Tag::Removed) if count > 0 && b.fits_removed((medium, group_idx)) => {
       // A removed event's other fields are not part of it.
       b.rollback((b.mark().0, mark.1));
       b.push_removed(count as u32);

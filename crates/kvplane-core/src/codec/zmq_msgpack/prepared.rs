@@ -1,5 +1,5 @@
 //! Column events in vLLM's current format, written straight from their slices: the bytes every
-//! event of a chunk shares (keys, tags, block size, medium, LoRA) are prepared once per chunk
+//! event of a chunk shares (keys, tags, block size, medium, LoRA, cache group) are prepared once per chunk
 //! and copied. The bytes are those `vllm::encode_stored` / `encode_removed` write for the same
 //! events.
 
@@ -24,6 +24,14 @@ fn bytes(f: impl FnOnce(&mut Writer)) -> Vec<u8> {
   w.into_inner()
 }
 
+/// `group_idx`, where the chunk's events have one (after the fields above, as the struct orders it).
+fn group(a: &Attrs, w: &mut Writer) {
+  if let Some(g) = a.group_idx {
+    w.str("group_idx");
+    w.uint(g as u64);
+  }
+}
+
 fn u64s(v: &[u64], w: &mut Writer) {
   w.array_len(v.len());
   v.iter().for_each(|&h| w.uint(h));
@@ -33,7 +41,7 @@ impl Shared {
   fn new(a: &Attrs) -> Shared {
     Shared {
       stored_head: bytes(|w| {
-        w.struct_map_len(8, VLLM_STORED_DECLARED);
+        w.struct_map_len(8 + a.group_idx.is_some() as usize, VLLM_STORED_DECLARED);
         w.str("type");
         w.str("BlockStored");
         w.str("block_hashes");
@@ -52,9 +60,10 @@ impl Shared {
         w.opt_str(a.medium.as_deref());
         w.str("lora_name");
         w.opt_str(a.lora_name.as_deref());
+        group(a, w);
       }),
       removed_head: bytes(|w| {
-        w.struct_map_len(3, VLLM_REMOVED_DECLARED);
+        w.struct_map_len(3 + a.group_idx.is_some() as usize, VLLM_REMOVED_DECLARED);
         w.str("type");
         w.str("BlockRemoved");
         w.str("block_hashes");
@@ -62,6 +71,7 @@ impl Shared {
       removed_tail: bytes(|w| {
         w.str("medium");
         w.opt_str(a.medium.as_deref());
+        group(a, w);
       }),
     }
   }

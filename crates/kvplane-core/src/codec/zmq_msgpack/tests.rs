@@ -179,6 +179,54 @@ fn a_payload_decoded_into_columns_is_the_same_batch() {
     };
     assert_eq!(in_columns(&c.chunk), expected, "{format:?}");
   }
+  // vLLM sets the cache group on every event: one group is one of the chunk's attributes.
+  let group = |e: KvEvent| match e {
+    KvEvent::Stored(s) => KvEvent::Stored(StoredEvent {
+      group_idx: Some(0),
+      ..s
+    }),
+    KvEvent::Removed(r) => KvEvent::Removed(RemovedEvent {
+      group_idx: Some(0),
+      ..r
+    }),
+    e => e,
+  };
+  let grouped = Batch {
+    events: vec![
+      group(removed(&[1], Some("GPU"))),
+      group(KvEvent::Stored(stored(&[2, 3], None, Some("GPU")))),
+      group(KvEvent::Stored(stored(&[4], Some(3), Some("GPU")))),
+      KvEvent::Stored(stored(&[5], Some(4), Some("GPU"))),
+      group(removed(&[2], Some("GPU"))),
+    ],
+    ..batch
+  };
+  let payload = codec::encode(&grouped, Format::Vllm);
+  let c = super::decode_batch_chunk(&payload).unwrap();
+  assert_eq!(in_columns(&c.chunk), vec![true, true, true, false, true]);
+  let views: Vec<EventRef<'_>> = c.chunk.iter().collect();
+  assert_eq!(
+    views.iter().map(|e| e.to_event()).collect::<Vec<_>>(),
+    grouped.events
+  );
+  for out in [
+    Format::Vllm,
+    Format::VllmLegacy,
+    Format::Sglang,
+    Format::SmgProto,
+  ] {
+    assert_eq!(
+      codec::encode_events(4, 2.5, &views, Some(1), out),
+      codec::encode(
+        &Batch {
+          seq: 4,
+          ..grouped.clone()
+        },
+        out
+      ),
+      "{out:?}"
+    );
+  }
   // SGLang's EAGLE token pairs are read whole; a payload that does not decode gives none.
   let mut w = Writer::new();
   w.array_len(2);
