@@ -5,9 +5,12 @@
 //!   cargo bench -p kvplane-core --bench relay
 //!
 //! The workload: 1,024 payloads replayed in a cycle, each 64 one-block stores of 16 tokens in
-//! chains of 4 (medium GPU) and 64 removals of the blocks stored 8 payloads earlier.
+//! chains of 4 (medium GPU) and 64 removals of the blocks stored 8 payloads earlier, with the
+//! fields vLLM 0.33's block pool sets on every event (`group_idx` 0, and one nil extra key per
+//! stored block).
 
 use criterion::{Criterion, Throughput};
+use kvplane_core::codec::value::Value;
 use kvplane_core::codec::{self, Dialect, Format};
 use kvplane_core::event::{Batch, KvEvent, RemovedEvent, StoredEvent};
 use kvplane_core::local_indexer::{LocalIndexer, LocalIndexerConfig};
@@ -31,6 +34,8 @@ fn payloads() -> Vec<Vec<u8>> {
             .collect(),
           block_size: 16,
           medium: Some("GPU".into()),
+          group_idx: Some(0),
+          extra_keys: Some(Value::Array(vec![Value::Nil])),
           ..Default::default()
         }));
       }
@@ -39,6 +44,7 @@ fn payloads() -> Vec<Vec<u8>> {
         events.push(KvEvent::Removed(RemovedEvent {
           block_hashes: vec![hash(old, i)],
           medium: Some("GPU".into()),
+          group_idx: Some(0),
           ..Default::default()
         }));
       }

@@ -2,6 +2,7 @@
 //! stored / removed / cleared events stay columns all the way to the wire (the index applies
 //! them and the encoder writes them from the slices); events with more fields travel whole.
 
+use crate::codec::value::Value;
 use crate::columns::{check_columns, Columns, KIND_CLEARED, KIND_REMOVED, KIND_STORED};
 use crate::error::KvResult;
 use crate::event::{EventRef, KvEvent, RemovedView, StoredView};
@@ -19,6 +20,9 @@ pub struct Attrs {
   /// The KV cache group of every column event (an engine's decoded payload; host columns have
   /// none).
   pub group_idx: Option<u32>,
+  /// Where the stored column events carry `extra_keys` with one nil per block (vLLM without
+  /// extra keys): entry `k` is the list of `k` nils. Empty otherwise.
+  pub nil_extra_keys: Vec<Value>,
 }
 
 impl Attrs {
@@ -30,6 +34,7 @@ impl Attrs {
       lora_id: c.lora_id,
       lora_name: c.lora_name.map(str::to_owned),
       group_idx: None,
+      nil_extra_keys: Vec::new(),
     }
   }
 }
@@ -162,6 +167,9 @@ pub struct ChunkBuilder {
   /// LoRA.
   medium_set: bool,
   stored_set: bool,
+  /// Whether the stored column events carry one nil extra key per block, and their most blocks.
+  nil_extra_keys: bool,
+  most_blocks: usize,
 }
 
 impl ChunkBuilder {
@@ -196,9 +204,10 @@ impl ChunkBuilder {
 
   /// Whether a stored event with these attributes goes into the columns (the first one sets
   /// what the rest must share).
+  /// `nil_extra_keys`: the event's `extra_keys` is one nil per block.
   pub fn fits_stored(
     &mut self,
-    block_size: u32,
+    (block_size, nil_extra_keys): (u32, bool),
     (medium, group_idx): (Option<&str>, Option<u32>),
     lora_id: Option<i64>,
     lora_name: Option<&str>,
@@ -208,7 +217,8 @@ impl ChunkBuilder {
       || (self.stored_set
         && (a.block_size != block_size
           || a.lora_id != lora_id
-          || a.lora_name.as_deref() != lora_name))
+          || a.lora_name.as_deref() != lora_name
+          || self.nil_extra_keys != nil_extra_keys))
     {
       return false;
     }
@@ -220,6 +230,7 @@ impl ChunkBuilder {
     if !self.stored_set {
       (a.block_size, a.lora_id) = (block_size, lora_id);
       a.lora_name = lora_name.map(str::to_owned);
+      self.nil_extra_keys = nil_extra_keys;
       self.stored_set = true;
     }
     true
@@ -238,6 +249,7 @@ impl ChunkBuilder {
 
   /// A stored event whose `count` hashes and their tokens were appended since its mark.
   pub fn push_stored(&mut self, count: u32, parent: Option<u64>) {
+    self.most_blocks = self.most_blocks.max(count as usize);
     self.push(KIND_STORED, count, parent);
   }
 
@@ -264,7 +276,12 @@ impl ChunkBuilder {
     c.has_parent.push(parent.is_some() as u8);
   }
 
-  pub fn finish(self) -> EventChunk {
+  pub fn finish(mut self) -> EventChunk {
+    if self.nil_extra_keys {
+      self.chunk.attrs.nil_extra_keys = (0..=self.most_blocks)
+        .map(|k| Value::Array(vec![Value::Nil; k]))
+        .collect();
+    }
     self.chunk
   }
 }

@@ -157,6 +157,7 @@ impl<'a> StoredView<'a> {
         lora_name: a.lora_name.clone(),
         medium: a.medium.clone(),
         group_idx: a.group_idx,
+        extra_keys: a.nil_extra_keys.get(self.block_hashes.len()).cloned(),
         ..Default::default()
       },
     }
@@ -317,7 +318,10 @@ stored_fields!(StoredView<'a>, |s| {
     Source::Event(e) => e.group_idx,
   };
   cache_salt: Option<&'a str> = event_field!(s, |e| e.cache_salt.as_deref());
-  extra_keys: Option<&'a Value> = event_field!(s, |e| e.extra_keys.as_ref());
+  extra_keys: Option<&'a Value> = match s.source {
+    Source::Chunk(a) => a.nil_extra_keys.get(s.block_hashes.len()),
+    Source::Event(e) => e.extra_keys.as_ref(),
+  };
   kv_cache_spec_kind: Option<&'a str> = event_field!(s, |e| e.kv_cache_spec_kind.as_deref());
   kv_cache_spec_sliding_window: Option<i64> = event_field!(s, |e| e.kv_cache_spec_sliding_window);
   locality: Option<&'a str> = event_field!(s, |e| e.locality.as_deref());

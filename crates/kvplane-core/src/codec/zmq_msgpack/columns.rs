@@ -2,7 +2,8 @@
 //! hashes, plain token ids, a block size its tokens fill, and the chunk's medium and LoRA, with
 //! no other field set) goes into the chunk's columns without an allocation of its own; any other
 //! event is decoded whole, as `decode_batch` decodes it, and kept whole in the chunk. (The cache
-//! group is one of the chunk's attributes: vLLM sets it on every event.) A payload
+//! group is one of the chunk's attributes, and so are `extra_keys` of one nil per block: vLLM
+//! sets both on every stored event.) A payload
 //! that is not a well-formed batch gives `None`: the caller decodes it with `decode_batch`, for
 //! the same result or error.
 
@@ -63,8 +64,7 @@ pub fn decode_batch_chunk(bytes: &[u8]) -> Option<ChunkBatch> {
 }
 
 /// Fields a plain event leaves unset (nil or absent); one set means the event is read whole.
-const WHOLE_ONLY: [&[u8]; 8] = [
-  b"extra_keys",
+const WHOLE_ONLY: [&[u8]; 7] = [
   b"kv_cache_spec_kind",
   b"kv_cache_spec_sliding_window",
   b"locality",
@@ -96,6 +96,8 @@ fn plain_event(r: &mut Reader<'_>, b: &mut ChunkBuilder) -> KvResult<bool> {
   let mut medium = None;
   let mut lora_name = None;
   let mut group_idx = None;
+  // `extra_keys` of nils only: how many.
+  let mut nil_extra_keys = None;
   for _ in 0..n {
     let key = r.read_str_bytes()?;
     let bit = match key {
@@ -108,6 +110,7 @@ fn plain_event(r: &mut Reader<'_>, b: &mut ChunkBuilder) -> KvResult<bool> {
       b"medium" => 64,
       b"lora_name" => 128,
       b"group_idx" => 256,
+      b"extra_keys" => 512,
       _ => 0,
     };
     if seen & bit != 0 {
@@ -150,6 +153,20 @@ fn plain_event(r: &mut Reader<'_>, b: &mut ChunkBuilder) -> KvResult<bool> {
       b"medium" => medium = r.read_opt_str()?,
       b"lora_name" => lora_name = r.read_opt_str()?,
       b"group_idx" => group_idx = read_opt_u32(r, "group_idx")?,
+      b"extra_keys" => {
+        if !r.try_nil() {
+          if r.peek_kind()? != Kind::Array {
+            return not_plain(b);
+          }
+          let k = r.read_array_len()?;
+          for _ in 0..k {
+            if !r.try_nil() {
+              return not_plain(b);
+            }
+          }
+          nil_extra_keys = Some(k);
+        }
+      }
       k if WHOLE_ONLY.contains(&k) => {
         if !r.try_nil() {
           return not_plain(b);
@@ -164,12 +181,20 @@ fn plain_event(r: &mut Reader<'_>, b: &mut ChunkBuilder) -> KvResult<bool> {
       if count > 0
         && block_size > 0
         && tokens == count * block_size as usize
-        && b.fits_stored(block_size, (medium, group_idx), lora_id, lora_name) =>
+        && nil_extra_keys.is_none_or(|k| k == count)
+        && b.fits_stored(
+          (block_size, nil_extra_keys.is_some()),
+          (medium, group_idx),
+          lora_id,
+          lora_name,
+        ) =>
     {
       b.push_stored(count as u32, parent);
       Ok(true)
     }
-    Some(Tag::Removed) if count > 0 && b.fits_removed((medium, group_idx)) => {
+    Some(Tag::Removed)
+      if count > 0 && nil_extra_keys.is_none() && b.fits_removed((medium, group_idx)) =>
+    {
       // A removed event's other fields are not part of it.
       b.rollback((b.mark().0, mark.1));
       b.push_removed(count as u32);

@@ -14,6 +14,9 @@ pub(super) struct Shared {
   parent_key: Vec<u8>,
   tokens_key: Vec<u8>,
   stored_tail: Vec<u8>,
+  /// The chunk's stored events carry one nil extra key per block.
+  nil_extra_keys: bool,
+  stored_group: Vec<u8>,
   removed_head: Vec<u8>,
   removed_tail: Vec<u8>,
 }
@@ -41,7 +44,8 @@ impl Shared {
   fn new(a: &Attrs) -> Shared {
     Shared {
       stored_head: bytes(|w| {
-        w.struct_map_len(8 + a.group_idx.is_some() as usize, VLLM_STORED_DECLARED);
+        let optional = a.group_idx.is_some() as usize + !a.nil_extra_keys.is_empty() as usize;
+        w.struct_map_len(8 + optional, VLLM_STORED_DECLARED);
         w.str("type");
         w.str("BlockStored");
         w.str("block_hashes");
@@ -60,8 +64,9 @@ impl Shared {
         w.opt_str(a.medium.as_deref());
         w.str("lora_name");
         w.opt_str(a.lora_name.as_deref());
-        group(a, w);
       }),
+      nil_extra_keys: !a.nil_extra_keys.is_empty(),
+      stored_group: bytes(|w| group(a, w)),
       removed_head: bytes(|w| {
         w.struct_map_len(3 + a.group_idx.is_some() as usize, VLLM_REMOVED_DECLARED);
         w.str("type");
@@ -88,6 +93,12 @@ impl Shared {
     w.buf.extend_from_slice(&self.tokens_key);
     w.u32_array(s.token_ids);
     w.buf.extend_from_slice(&self.stored_tail);
+    if self.nil_extra_keys {
+      w.str("extra_keys");
+      w.array_len(s.block_hashes.len());
+      (0..s.block_hashes.len()).for_each(|_| w.nil());
+    }
+    w.buf.extend_from_slice(&self.stored_group);
   }
 
   /// A column removed event of the chunk these bytes were prepared for.

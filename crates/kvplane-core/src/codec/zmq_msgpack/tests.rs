@@ -1,5 +1,6 @@
 use crate::chunk::EventChunk;
 use crate::codec::msgpack::Writer;
+use crate::codec::value::Value;
 use crate::codec::{self, Format};
 use crate::columns::Columns;
 use crate::event::{Batch, EventRef, KvEvent, RemovedEvent, StoredEvent};
@@ -179,10 +180,12 @@ fn a_payload_decoded_into_columns_is_the_same_batch() {
     };
     assert_eq!(in_columns(&c.chunk), expected, "{format:?}");
   }
-  // vLLM sets the cache group on every event: one group is one of the chunk's attributes.
+  // vLLM sets the cache group on every event, and one nil extra key per block on every stored
+  // one: both are the chunk's attributes.
   let group = |e: KvEvent| match e {
     KvEvent::Stored(s) => KvEvent::Stored(StoredEvent {
       group_idx: Some(0),
+      extra_keys: Some(Value::Array(vec![Value::Nil; s.block_hashes.len()])),
       ..s
     }),
     KvEvent::Removed(r) => KvEvent::Removed(RemovedEvent {
@@ -257,4 +260,40 @@ fn a_payload_decoded_into_columns_is_the_same_batch() {
     super::decode_batch(&payload).unwrap().batch.events
   );
   assert!(super::decode_batch_chunk(&payload[..payload.len() - 1]).is_none());
+}
+
+/// Bytes of vLLM 0.33.0's own structs (`KVEventBatch`, `BlockStored`, `BlockRemoved`, encoded by
+/// msgspec), shaped as its `BlockPool` emits them: four one-block stores of 16 tokens with
+/// `group_idx` 0 and one nil extra key each, then a removal with `group_idx` 0, rank 0.
+const VLLM_0_33_BATCH: &str = concat!(
+  "93cb3ff800000000000095de000aa474797065ab426c6f636b53746f726564ac626c6f636b5f6861736865739164b170",
+  "6172656e745f626c6f636b5f68617368c0a9746f6b656e5f696473dc0010000102030405060708090a0b0c0d0e0faa62",
+  "6c6f636b5f73697a6510a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c0aa65787472615f",
+  "6b65797391c0a967726f75705f69647800de000aa474797065ab426c6f636b53746f726564ac626c6f636b5f68617368",
+  "65739165b1706172656e745f626c6f636b5f6861736864a9746f6b656e5f696473dc0010101112131415161718191a1b",
+  "1c1d1e1faa626c6f636b5f73697a6510a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c0aa",
+  "65787472615f6b65797391c0a967726f75705f69647800de000aa474797065ab426c6f636b53746f726564ac626c6f63",
+  "6b5f6861736865739166b1706172656e745f626c6f636b5f6861736865a9746f6b656e5f696473dc0010202122232425",
+  "262728292a2b2c2d2e2faa626c6f636b5f73697a6510a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f",
+  "6e616d65c0aa65787472615f6b65797391c0a967726f75705f69647800de000aa474797065ab426c6f636b53746f7265",
+  "64ac626c6f636b5f6861736865739167b1706172656e745f626c6f636b5f6861736866a9746f6b656e5f696473dc0010",
+  "303132333435363738393a3b3c3d3e3faa626c6f636b5f73697a6510a76c6f72615f6964c0a66d656469756da3475055",
+  "a96c6f72615f6e616d65c0aa65787472615f6b65797391c0a967726f75705f6964780084a474797065ac426c6f636b52",
+  "656d6f766564ac626c6f636b5f6861736865739164a66d656469756da3475055a967726f75705f6964780000",
+);
+
+/// What vLLM's block pool publishes goes into columns whole, and comes back out byte for byte.
+#[test]
+fn vllm_block_pool_events_are_read_into_columns_and_written_back_the_same() {
+  let payload: Vec<u8> = (0..VLLM_0_33_BATCH.len())
+    .step_by(2)
+    .map(|i| u8::from_str_radix(&VLLM_0_33_BATCH[i..i + 2], 16).unwrap())
+    .collect();
+  let c = super::decode_batch_chunk(&payload).unwrap();
+  assert_eq!(in_columns(&c.chunk), vec![true; 5]);
+  let views: Vec<EventRef<'_>> = c.chunk.iter().collect();
+  assert_eq!(
+    codec::encode_events(0, c.ts, &views, c.dp_rank, Format::Vllm),
+    payload
+  );
 }
