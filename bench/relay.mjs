@@ -5,7 +5,7 @@
 //
 // The engine is this process: a ZMQ PUB sending vLLM-format batches (`[topic, seq, payload]`, 32
 // events each by default (--events): 16 one-block BlockStored in chains of 4, and 16 BlockRemoved
-// of the blocks stored 8 batches earlier), each stamped with its send time as the batch's `ts`. A ZMQ SUB here reads
+// of the blocks stored 8 batches earlier, with the `group_idx` and extra keys vLLM 0.33 sets), each stamped with its send time as the batch's `ts`. A ZMQ SUB here reads
 // the relay's output, so send and receive times come from one clock.
 //   1. top rate: at most 512 batches in flight (sent, not yet received downstream) for --seconds;
 //   2. added latency at half that rate, open loop: each batch's receive time - its send time, p50 / p99.
@@ -77,10 +77,14 @@ function workload() {
         tokenIds: Uint32Array.from({ length: 16 }, (_, t) => (b * STORES + i) * 16 + t),
         blockSize: 16,
         medium: 'GPU',
+        // What vLLM 0.33's block pool sets on every stored event.
+        groupIdx: 0,
+        extraKeys: [null],
       });
     }
     const old = (b - 8 + CYCLE) % CYCLE;
-    for (let i = STORES - 1; i >= 0; i--) events.push({ type: 'removed', blockHashes: [hash(old, i)], medium: 'GPU' });
+    for (let i = STORES - 1; i >= 0; i--)
+      events.push({ type: 'removed', blockHashes: [hash(old, i)], medium: 'GPU', groupIdx: 0 });
     const payload = encodeBatch({ seq: 0n, ts: 1.5, dpRank: null, events }, 'vllm');
     if (payload[0] !== 0x93 || payload[1] !== 0xcb)
       throw new Error('unexpected batch layout: ts is not at bytes 2..10');
