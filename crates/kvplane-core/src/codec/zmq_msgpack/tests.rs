@@ -96,6 +96,26 @@ fn in_columns(c: &EventChunk) -> Vec<bool> {
     .collect()
 }
 
+/// Views write what the batch they came from writes, in every format.
+fn same_bytes(views: &[EventRef<'_>], batch: &Batch) {
+  for out in [
+    Format::Vllm,
+    Format::VllmLegacy,
+    Format::Sglang,
+    Format::SmgProto,
+  ] {
+    let batch = Batch {
+      seq: 4,
+      ..batch.clone()
+    };
+    assert_eq!(
+      codec::encode_events(4, batch.ts, views, batch.dp_rank, out),
+      codec::encode(&batch, out),
+      "{out:?}"
+    );
+  }
+}
+
 /// The relay's decoder puts plain events sharing the first ones' attributes into columns and
 /// reads every other event whole, to the same events and the same bytes in every format.
 #[test]
@@ -149,24 +169,7 @@ fn a_payload_decoded_into_columns_is_the_same_batch() {
     let views: Vec<EventRef<'_>> = c.chunk.iter().collect();
     let events: Vec<KvEvent> = views.iter().map(|e| e.to_event()).collect();
     assert_eq!(events, whole.events, "{format:?}");
-    for out in [
-      Format::Vllm,
-      Format::VllmLegacy,
-      Format::Sglang,
-      Format::SmgProto,
-    ] {
-      assert_eq!(
-        codec::encode_events(4, 2.5, &views, Some(1), out),
-        codec::encode(
-          &Batch {
-            seq: 4,
-            ..whole.clone()
-          },
-          out
-        ),
-        "{format:?} as {out:?}"
-      );
-    }
+    same_bytes(&views, &whole);
     // (SGLang's structs carry fewer fields, so fewer of its events differ.)
     let expected = match format {
       Format::Vllm => vec![
@@ -212,24 +215,7 @@ fn a_payload_decoded_into_columns_is_the_same_batch() {
     views.iter().map(|e| e.to_event()).collect::<Vec<_>>(),
     grouped.events
   );
-  for out in [
-    Format::Vllm,
-    Format::VllmLegacy,
-    Format::Sglang,
-    Format::SmgProto,
-  ] {
-    assert_eq!(
-      codec::encode_events(4, 2.5, &views, Some(1), out),
-      codec::encode(
-        &Batch {
-          seq: 4,
-          ..grouped.clone()
-        },
-        out
-      ),
-      "{out:?}"
-    );
-  }
+  same_bytes(&views, &grouped);
   // SGLang's EAGLE token pairs are read whole; a payload that does not decode gives none.
   let mut w = Writer::new();
   w.array_len(2);
