@@ -132,15 +132,19 @@ pub fn decode_all(payloads: &[&[u8]], dialect: Dialect) -> KvResult<Vec<Decoded>
   payloads
     .iter()
     .enumerate()
-    .map(|(i, bytes)| {
-      decode(bytes, dialect).map_err(|mut e| {
-        if payloads.len() > 1 {
-          e.message = format!("payload {i}: {}", e.message);
-        }
-        e
-      })
-    })
+    .map(|(i, bytes)| decode_nth(payloads.len(), i, bytes, dialect))
     .collect()
+}
+
+/// `decode` of payload `i` of `n` that arrived together: its error names its position when
+/// there are several.
+fn decode_nth(n: usize, i: usize, bytes: &[u8], dialect: Dialect) -> KvResult<Decoded> {
+  decode(bytes, dialect).map_err(|mut e| {
+    if n > 1 {
+      e.message = format!("payload {i}: {}", e.message);
+    }
+    e
+  })
 }
 
 /// `decode_all`, each batch as a chunk: msgpack payloads in columns where their events allow
@@ -157,12 +161,7 @@ pub fn decode_all_chunks(
         continue;
       }
     }
-    let d = decode(bytes, dialect).map_err(|mut e| {
-      if payloads.len() > 1 {
-        e.message = format!("payload {i}: {}", e.message);
-      }
-      e
-    })?;
+    let d = decode_nth(payloads.len(), i, bytes, dialect)?;
     out.extend(d.batches.into_iter().map(|b| zmq_msgpack::ChunkBatch {
       ts: b.ts,
       dp_rank: b.dp_rank,
