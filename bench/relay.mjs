@@ -33,9 +33,14 @@
 // p99 is over all its rounds, and the added p99 is also given as the median, over the rounds, of
 // kvplane's p99 minus direct's in the same round.
 //
+// `--pin`: the relay under test (and its helper processes, the Python relay, the forwarder and the
+// proxy) runs on CPU 1 and everything else (this process: the engine and the subscriber; the gRPC
+// subscriber) on CPU 0, so the relay has a core it does not share with the engine and its
+// consumers, as on a GPU node with cores to spare. Needs two CPUs and `taskset`.
+//
 //   node bench/relay.mjs [--seconds 10] [--events 32] [--only KIND,KIND...: direct kvplane kvplane_js python forward proxy] [--half-rate N]
-//                        [--coalesce-bytes N] [--no-grpc] [--spin] [--paired] [--rounds K]
-import { spawn } from 'node:child_process';
+//                        [--coalesce-bytes N] [--no-grpc] [--spin] [--paired] [--rounds K] [--pin]
+import { execFileSync, spawn as spawnAnywhere } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { createServer } from 'node:net';
 import { createInterface } from 'node:readline';
@@ -61,6 +66,14 @@ const STORES = EVENTS / 2;
 const WINDOW = 512;
 const CYCLE = 1024;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** --pin: the CPU of the relays under test, and the CPU of everything else. */
+const pin = args.includes('--pin') ? { relay: '1', rest: '0' } : null;
+// Every thread of this process (V8's, libuv's) onto the rest's CPU, before any ZMQ socket starts its own.
+if (pin) execFileSync('taskset', ['-a', '-p', '-c', pin.rest, String(process.pid)], { stdio: 'ignore' });
+/** Spawns a process on `role`'s CPU under --pin (`relay` or `rest`), anywhere otherwise. */
+const spawn = (role, command, argv) =>
+  pin ? spawnAnywhere('taskset', ['-c', pin[role], command, ...argv]) : spawnAnywhere(command, argv);
 const now = () => (performance.timeOrigin + performance.now()) / 1000;
 
 /** The workload: CYCLE batches, replayed cyclically (blocks of the last 8 batches stay live). */
@@ -143,8 +156,8 @@ async function startRelay(kind, engineEndpoint) {
   if (kind === 'forward' || kind === 'proxy') {
     const proc =
       kind === 'forward'
-        ? spawn(process.execPath, ['bench/zmq_forward.mjs', engineEndpoint])
-        : spawn('python3', ['bench/zmq_proxy.py', engineEndpoint]);
+        ? spawn('relay', process.execPath, ['bench/zmq_forward.mjs', engineEndpoint])
+        : spawn('relay', 'python3', ['bench/zmq_proxy.py', engineEndpoint]);
     proc.stderr.pipe(process.stderr);
     const { endpoint } = JSON.parse(await lines(proc).until((l) => l.includes('endpoint'), 'the forwarder'));
     return {
@@ -157,7 +170,7 @@ async function startRelay(kind, engineEndpoint) {
   if (kind === 'kvplane' || kind === 'kvplane_js') {
     const grpcPort = await freePort();
     const httpPort = await freePort();
-    const proc = spawn(process.execPath, [
+    const proc = spawn('relay', process.execPath, [
       // e.g. KVPLANE_BENCH_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof' to profile the relay
       ...(process.env.KVPLANE_BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? []),
       'dist/cli.js',
@@ -193,7 +206,7 @@ async function startRelay(kind, engineEndpoint) {
     // (--no-grpc leaves it out, to see what it costs on this machine).
     let grpc = null;
     if (!args.includes('--no-grpc')) {
-      grpc = spawn(process.execPath, ['bench/grpc_sub.mjs', `127.0.0.1:${grpcPort}`, '1', '1000000000']);
+      grpc = spawn('relay', process.execPath, ['bench/grpc_sub.mjs', `127.0.0.1:${grpcPort}`, '1', '1000000000']);
       grpc.stderr.pipe(process.stderr);
       await lines(grpc).until((l) => l === 'ready', 'the gRPC subscriber');
     }
@@ -211,7 +224,7 @@ async function startRelay(kind, engineEndpoint) {
     };
   }
   const port = await freePort();
-  const proc = spawn('python3', [
+  const proc = spawn('relay', 'python3', [
     'scripts/python_relay.py',
     '--sub',
     engineEndpoint,
@@ -382,7 +395,12 @@ async function open(kind, batches) {
       await sleep(1);
     }
     for (let i = 0; i < 100 && received - before < sentHalf; i++) await sleep(20);
-    const step = { latencies, paired: pairedAdded, sent: sentHalf, lost: sentHalf - (received - before) };
+    const step = {
+      latencies: Float64Array.from(latencies),
+      paired: Float64Array.from(pairedAdded),
+      sent: sentHalf,
+      lost: sentHalf - (received - before),
+    };
     latencies = null;
     return step;
   }
@@ -440,8 +458,8 @@ if (rounds === 1) {
 
 /** A kind's figures over its latency steps (all of them pooled; `round_p99s`: each step's own). */
 function summarize(kind, kindSteps, internal) {
-  const sorted = kindSteps.flatMap((s) => s.latencies).sort((a, b) => a - b);
-  const pairs = kindSteps.flatMap((s) => s.paired).sort((a, b) => a - b);
+  const sorted = kindSteps.flatMap((s) => Array.from(s.latencies)).sort((a, b) => a - b);
+  const pairs = kindSteps.flatMap((s) => Array.from(s.paired)).sort((a, b) => a - b);
   const sent = kindSteps.reduce((n, s) => n + s.sent, 0);
   return {
     relay: kind,
