@@ -33,10 +33,10 @@
 // p99 is over all its rounds, and the added p99 is also given as the median, over the rounds, of
 // kvplane's p99 minus direct's in the same round.
 //
-// `--pin`: the relay under test (and its helper processes, the Python relay, the forwarder and the
-// proxy) runs on CPU 1 and everything else (this process: the engine and the subscriber; the gRPC
-// subscriber) on CPU 0, so the relay has a core it does not share with the engine and its
-// consumers, as on a GPU node with cores to spare. Needs two CPUs and `taskset`.
+// `--pin`: the relay under test (kvplane with its gRPC subscriber, the Python relay, the forwarder,
+// the proxy) runs on CPU 1, and this process (the engine and the measuring subscriber) on CPU 0:
+// the relay gets a core the engine does not use, as on a GPU node with cores to spare, and the
+// measuring clock is not slowed by what only one kind runs. Needs two CPUs and `taskset`.
 //
 //   node bench/relay.mjs [--seconds 10] [--events 32] [--only KIND,KIND...: direct kvplane kvplane_js python forward proxy] [--half-rate N]
 //                        [--coalesce-bytes N] [--no-grpc] [--spin] [--paired] [--rounds K] [--pin]
