@@ -768,7 +768,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
           KvEvent::Removed(r) => r.block_hashes.len(),
           _ => 0,
         };
-        shared.write().apply(w, &ev).unwrap();
+        shared.apply(w, &ev).unwrap();
       }
       n
     })

@@ -1,15 +1,20 @@
 //! An index shared by one writer and readers on other threads (docs/architecture.md#reads-during-writes).
 //!
-//! The writer takes the lock once per event, never across a batch: a query waits at most for one
-//! event to be applied, and sees the state between two events, never the inside of one. A
+//! The writer takes the lock once per piece of an event, at most `PIECE_BLOCKS` blocks
+//! (`index::Piecewise`), never across a batch or a whole long event: a query waits at most for
+//! one piece to be applied. It sees the state between two pieces: the events before applied
+//! whole, and the first blocks of the one under way, as the engine stored or freed them. A
 //! payload is decoded before the lock is taken.
 //!
 //! The two sides take turns: a writer announces itself and new readers hold off until it has had
 //! its turn (with std's lock, measured, a thread querying back to back left the writer applying
-//! nothing), and a writer lets readers already waiting go before its next event (so a reader
-//! waits for one event, not for a run of them). Both wait on the CPU for a while before they
+//! nothing), and a writer lets readers already waiting go before its next piece (so a reader
+//! waits for one piece, not for a run of them). Both wait on the CPU for a while before they
 //! sleep (`SPIN`), then fall back to parking_lot's fair lock.
 
+use crate::error::KvResult;
+use crate::event::KvEvent;
+use crate::index::{Index, Piecewise, WorkerKey};
 use parking_lot::RwLock;
 pub use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -53,7 +58,7 @@ impl<T> Shared<T> {
     g
   }
 
-  /// For one event, or for work the caller does not interleave with reads. A panic inside the
+  /// For one piece of an event, or for work the caller does not interleave with reads. A panic inside the
   /// index is caught where the call came in (the link, the binding's guard) and reported there;
   /// the lock is not poisoned.
   pub fn write(&self) -> RwLockWriteGuard<'_, T> {
@@ -63,6 +68,21 @@ impl<T> Shared<T> {
     let g = spin(|| self.inner.try_write()).unwrap_or_else(|| self.inner.write());
     self.writers.fetch_sub(1, Ordering::AcqRel);
     g
+  }
+}
+
+/// Blocks of an event applied under one write lock. Measured with `bench/index` (queries while
+/// another thread applies 1M block ops/s of 16-block events; busy p99 against idle p99): whole
+/// events 2.3-2.9x, 8 blocks 1.6-2.2x, 4 blocks 1.4-1.7x, one block up to 2.9x (the lock's own
+/// traffic then shows).
+pub const PIECE_BLOCKS: usize = 4;
+
+impl Shared<Index> {
+  /// Applies one event for a worker, `PIECE_BLOCKS` blocks per write lock (`Index::apply_piece`).
+  pub fn apply(&self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
+    let mut p = Piecewise::new(w, ev, PIECE_BLOCKS);
+    while self.write().apply_piece(&mut p)? {}
+    Ok(())
   }
 }
 

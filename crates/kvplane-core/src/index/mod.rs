@@ -182,6 +182,58 @@ pub struct Index {
 /// A block of an edge: (edge, offset).
 type Pos = (u32, u32);
 
+/// A store under way: the block its next block goes on from, and every block's key.
+pub(crate) struct StoreResume {
+  cur: Option<Pos>,
+  prev_key: Option<u64>,
+  keys: Vec<u64>,
+}
+
+/// One event applied a piece at a time, each piece at most `blocks` of its blocks
+/// (`Index::apply_piece`). A writer that shares the index with readers takes its lock once per
+/// piece (`Shared::<Index>::apply`), so a query waits for one piece at most, not a whole event.
+/// Between two pieces a query sees the event's first blocks stored (or removed): the state the
+/// engine itself passed through, storing or freeing them one after another. The index ends in
+/// the state applying the event whole gives, with the same drops counted.
+pub struct Piecewise<'e> {
+  pub(crate) w: WorkerKey,
+  pub(crate) ev: &'e KvEvent,
+  blocks: usize,
+  /// The next block to apply.
+  next: usize,
+  started: bool,
+  store: Option<StoreResume>,
+  /// What the router worked out on the first piece (`RouterIndex::apply_piece`).
+  pub(crate) routed: Option<crate::router::Routed>,
+}
+
+impl<'e> Piecewise<'e> {
+  pub fn new(w: WorkerKey, ev: &'e KvEvent, blocks: usize) -> Piecewise<'e> {
+    Piecewise {
+      w,
+      ev,
+      blocks: blocks.max(1),
+      next: 0,
+      started: false,
+      store: None,
+      routed: None,
+    }
+  }
+
+  /// The next piece: its blocks out of `len`, moved past.
+  fn take(&mut self, len: usize) -> std::ops::Range<usize> {
+    let end = (self.next + self.blocks).min(len);
+    let r = self.next..end;
+    self.next = end;
+    r
+  }
+
+  /// Whether blocks are left after the last piece.
+  fn more(&self, len: usize) -> bool {
+    self.next < len
+  }
+}
+
 impl Index {
   pub fn new(cfg: IndexConfig) -> Index {
     Index {
@@ -246,6 +298,51 @@ impl Index {
         Ok(())
       }
       KvEvent::Updated(_) | KvEvent::Created(_) => Ok(()),
+    }
+  }
+
+  /// Applies the next piece of `p` (see `Piecewise`); false once the event is all applied, or
+  /// dropped. An unsupported layout is an error on the first piece, as `apply` returns it.
+  pub fn apply_piece(&mut self, p: &mut Piecewise<'_>) -> KvResult<bool> {
+    self.apply_piece_chained(p, XXH3_SEED, |_| None)
+  }
+
+  /// `apply_piece` with `store_chained`'s seed and parent lookup (used on the first piece).
+  pub(crate) fn apply_piece_chained(
+    &mut self,
+    p: &mut Piecewise<'_>,
+    seed: u64,
+    parent_elsewhere: impl FnOnce(u64) -> Option<u64>,
+  ) -> KvResult<bool> {
+    let slot = self.slot(p.w);
+    match p.ev {
+      KvEvent::Stored(ev) => {
+        let s = StoredBlocks::of(ev);
+        if !p.started {
+          p.started = true;
+          p.store = self.store_start(slot, s, seed, parent_elsewhere)?;
+        }
+        let Some(mut r) = p.store.take() else {
+          return Ok(false);
+        };
+        let range = p.take(s.block_hashes.len());
+        self.store_run(slot, s, &mut r, range);
+        if p.more(s.block_hashes.len()) {
+          p.store = Some(r);
+          return Ok(true);
+        }
+        self.scratch_keys = r.keys;
+        Ok(false)
+      }
+      KvEvent::Removed(ev) => {
+        let range = p.take(ev.block_hashes.len());
+        self.remove(slot, &ev.block_hashes[range]);
+        Ok(p.more(ev.block_hashes.len()))
+      }
+      _ => {
+        self.apply(p.w, p.ev)?;
+        Ok(false)
+      }
     }
   }
 
@@ -335,6 +432,22 @@ impl Index {
     seed: u64,
     parent_elsewhere: impl FnOnce(u64) -> Option<u64>,
   ) -> KvResult<()> {
+    if let Some(mut r) = self.store_start(slot, s, seed, parent_elsewhere)? {
+      self.store_run(slot, s, &mut r, 0..s.block_hashes.len());
+      self.scratch_keys = r.keys;
+    }
+    Ok(())
+  }
+
+  /// A store's first step: its layout checked, the block it goes on from found and its blocks'
+  /// keys computed. `None` when the event is dropped (its parent unknown: counted).
+  fn store_start(
+    &mut self,
+    slot: u32,
+    s: StoredBlocks<'_>,
+    seed: u64,
+    parent_elsewhere: impl FnOnce(u64) -> Option<u64>,
+  ) -> KvResult<Option<StoreResume>> {
     let layout = check_layout(
       s.block_hashes.len(),
       s.token_ids.len(),
@@ -347,7 +460,7 @@ impl Index {
       self.workers[slot as usize].needs_recovery = true;
       return Err(e);
     }
-    let (mut cur, prev_key): (Option<Pos>, Option<u64>) = match s.parent_block_hash {
+    let (cur, prev_key): (Option<Pos>, Option<u64>) = match s.parent_block_hash {
       None => (None, None),
       Some(p) => match self.workers[slot as usize].engine.get(p) {
         Some(l) => {
@@ -359,7 +472,7 @@ impl Index {
           None => {
             self.drop_event(DropReason::UnknownParent, 1);
             self.workers[slot as usize].needs_recovery = true;
-            return Ok(());
+            return Ok(None);
           }
         },
       },
@@ -380,7 +493,24 @@ impl Index {
       keys.push(key);
       chain = Some(key);
     }
-    for &eh in s.block_hashes {
+    Ok(Some(StoreResume {
+      cur,
+      prev_key,
+      keys,
+    }))
+  }
+
+  /// Stores blocks `range` of a store begun with `store_start`, going on from `r.cur`.
+  fn store_run(
+    &mut self,
+    slot: u32,
+    s: StoredBlocks<'_>,
+    r: &mut StoreResume,
+    range: std::ops::Range<usize>,
+  ) {
+    let bs = s.block_size as usize;
+    let (mut cur, prev_key) = (r.cur, r.prev_key);
+    for &eh in &s.block_hashes[range.clone()] {
       self.workers[slot as usize].engine.prefetch(eh);
     }
     // Blocks that exist and that the worker joins, as one range of an edge at a time.
@@ -388,7 +518,8 @@ impl Index {
     // Whether the worker holds a run of blocks of an edge (edge, from, to, held): the span the
     // last lookup found, valid until the index changes (`pending` only changes at a flush).
     let mut run: Option<(u32, u32, u32, bool)> = None;
-    for (i, (&eh, &key)) in s.block_hashes.iter().zip(&keys).enumerate() {
+    for i in range {
+      let (eh, key) = (s.block_hashes[i], r.keys[i]);
       let tokens = self.cfg.retain_tokens.then(|| {
         if s.token_ids.is_empty() {
           &[][..]
@@ -489,8 +620,7 @@ impl Index {
       cur = Some(pos);
     }
     self.flush(slot, &mut pending);
-    self.scratch_keys = keys;
-    Ok(())
+    r.cur = cur;
   }
 
   /// Adds the worker to the pending range of blocks.

@@ -19,8 +19,10 @@ pub use tier::Tier;
 use crate::codec::{self, recover, Dialect};
 use crate::error::{KvError, KvResult};
 use crate::event::{KvEvent, StoredEvent};
-use crate::index::{Index, IndexConfig, IndexStats, StoredBlocks, WorkerDump, WorkerKey};
-use crate::shared::Shared;
+use crate::index::{
+  Index, IndexConfig, IndexStats, Piecewise, StoredBlocks, WorkerDump, WorkerKey,
+};
+use crate::shared::{Shared, PIECE_BLOCKS};
 use crate::stream::Recovery;
 use std::collections::HashMap;
 
@@ -206,18 +208,30 @@ impl RouterIndex {
   }
 
   fn store(&mut self, w: WorkerKey, s: &StoredEvent) -> KvResult<()> {
+    let Some(r) = self.route(w, s) else {
+      return Ok(());
+    };
+    let (here, elsewhere) = split_tier(&mut self.tiers, r.tier, w);
+    here.store_chained(w, StoredBlocks::of(s), r.seed, elsewhere)?;
+    self.note_salt(w, s, r.salt);
+    Ok(())
+  }
+
+  /// Where a stored event's blocks go (tier) and how they are keyed (seed, salt); `None` when
+  /// the event is not indexed here (counted).
+  fn route(&mut self, w: WorkerKey, s: &StoredEvent) -> Option<Routed> {
     let remote = s.locality.as_deref().is_some_and(|l| l != "LOCAL");
     if remote || s.ownership.is_some() || s.group_idx.is_some_and(|g| g != 0) {
       self.drop_event(RouterDrop::NotLocalMain);
-      return Ok(());
+      return None;
     }
     let Some(tier) = Tier::of_medium(s.medium.as_deref()) else {
       self.drop_event(RouterDrop::Medium);
-      return Ok(());
+      return None;
     };
     if s.block_size != self.block_size {
       self.drop_event(RouterDrop::BlockSize);
-      return Ok(());
+      return None;
     }
     let own_salt = namespace::salt_part(namespace::event_salt(s));
     let salt = match (own_salt, s.parent_block_hash) {
@@ -225,22 +239,60 @@ impl RouterIndex {
       _ => own_salt,
     };
     let seed = namespace::seed(namespace::lora_part(s.lora_name.as_deref()), salt);
-    // A parent this tier does not hold may be in another (a block offloaded after its parent).
-    let (before, rest) = self.tiers.split_at_mut(tier as usize);
-    let (here, after) = rest.split_first_mut().expect("a tier");
-    let elsewhere = |p| {
-      before
-        .iter()
-        .chain(after.iter())
-        .find_map(|ix| ix.key_of(w, p))
-    };
-    here.store_chained(w, StoredBlocks::of(s), seed, elsewhere)?;
+    Some(Routed {
+      tier: tier as usize,
+      seed,
+      salt,
+    })
+  }
+
+  /// Remembers a stored event's salt for its blocks (their children inherit it).
+  fn note_salt(&mut self, w: WorkerKey, s: &StoredEvent, salt: u64) {
     if salt != 0 {
       for h in &s.block_hashes {
         self.salts.insert((w, *h), salt);
       }
     }
-    Ok(())
+  }
+
+  /// Applies the next piece of an event (`Piecewise`): as `apply` would, a piece at a time.
+  /// False once the event is all applied, or dropped.
+  pub fn apply_piece(&mut self, p: &mut Piecewise<'_>) -> KvResult<bool> {
+    let w = p.w;
+    match p.ev {
+      KvEvent::Stored(s) => {
+        let r = match p.routed {
+          Some(r) => r,
+          None => match self.route(w, s) {
+            Some(r) => *p.routed.insert(r),
+            None => return Ok(false),
+          },
+        };
+        let (here, elsewhere) = split_tier(&mut self.tiers, r.tier, w);
+        let more = here.apply_piece_chained(p, r.seed, elsewhere)?;
+        if !more {
+          self.note_salt(w, s, r.salt);
+        }
+        Ok(more)
+      }
+      KvEvent::Removed(r) => {
+        let Some(tier) = Tier::of_medium(r.medium.as_deref()) else {
+          self.drop_event(RouterDrop::Medium);
+          return Ok(false);
+        };
+        let more = self.tiers[tier as usize].apply_piece(p)?;
+        if !more && !self.salts.is_empty() {
+          for h in &r.block_hashes {
+            self.salts.remove(&(w, *h));
+          }
+        }
+        Ok(more)
+      }
+      ev => {
+        self.apply(w, ev)?;
+        Ok(false)
+      }
+    }
   }
 
   /// Drops every block of worker `w` in every tier.
@@ -398,9 +450,44 @@ fn apply_each(
   out
 }
 
+/// A stored event's tier and keying, worked out on its first piece (`RouterIndex::apply_piece`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Routed {
+  tier: usize,
+  seed: u64,
+  salt: u64,
+}
+
+/// Tier `tier`'s index, and a lookup of a parent the worker holds in another tier (a block
+/// offloaded after its parent) giving its key.
+fn split_tier(
+  tiers: &mut [Index],
+  tier: usize,
+  w: WorkerKey,
+) -> (&mut Index, impl FnOnce(u64) -> Option<u64> + '_) {
+  let (before, rest) = tiers.split_at_mut(tier);
+  let (here, after) = rest.split_first_mut().expect("a tier");
+  let (before, after): (&[Index], &[Index]) = (before, after);
+  let elsewhere = move |p| {
+    before
+      .iter()
+      .chain(after.iter())
+      .find_map(|ix| ix.key_of(w, p))
+  };
+  (here, elsewhere)
+}
+
 impl Shared<RouterIndex> {
+  /// Applies one event for a worker, `PIECE_BLOCKS` blocks per write lock
+  /// (`RouterIndex::apply_piece`).
+  pub fn apply(&self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
+    let mut p = Piecewise::new(w, ev, PIECE_BLOCKS);
+    while self.write().apply_piece(&mut p)? {}
+    Ok(())
+  }
+
   /// `RouterIndex::apply_payload` with readers alongside: decoded before the lock is taken, then
-  /// applied one event per write lock, so a query never waits for the whole payload.
+  /// applied a piece of an event per write lock, so a query never waits for the whole payload.
   pub fn apply_payload(
     &self,
     worker_id: u64,
@@ -410,7 +497,7 @@ impl Shared<RouterIndex> {
   ) -> KvResult<Applied> {
     let decoded = codec::decode(bytes, dialect)?;
     Ok(apply_each(decoded, worker_id, rank, |w, ev| {
-      self.write().apply(w, ev)
+      self.apply(w, ev)
     }))
   }
 
@@ -428,7 +515,7 @@ impl Shared<RouterIndex> {
     Ok(
       decoded
         .into_iter()
-        .map(|d| apply_each(d, worker_id, rank, |w, ev| self.write().apply(w, ev)).events)
+        .map(|d| apply_each(d, worker_id, rank, |w, ev| self.apply(w, ev)).events)
         .sum(),
     )
   }

@@ -267,3 +267,86 @@ fn payloads_that_arrived_together_apply_all_or_none() {
   );
   assert_eq!(held(&shared), 2);
 }
+
+#[test]
+fn events_applied_a_piece_at_a_time_leave_what_whole_events_leave() {
+  let salted = |hashes: &[u64], parent: Option<u64>, first: u32| {
+    let KvEvent::Stored(mut s) = stored(hashes, parent, first, "GPU") else {
+      unreachable!()
+    };
+    let mut keys = vec![Value::Nil; hashes.len()];
+    keys[0] = Value::Array(vec![Value::Str(format!("{SALT_KEY_PREFIX}s1"))]);
+    s.extra_keys = Some(Value::Array(keys));
+    KvEvent::Stored(s)
+  };
+  let removed = |hashes: &[u64], medium: &str| {
+    KvEvent::Removed(RemovedEvent {
+      block_hashes: hashes.to_vec(),
+      medium: Some(medium.into()),
+      ..Default::default()
+    })
+  };
+  let events = [
+    (
+      w(1, 0),
+      stored(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10], None, 0, "GPU"),
+    ),
+    // Offloaded after its parent, 6 blocks in the host tier, then a duplicate of 9 blocks.
+    (
+      w(1, 0),
+      stored(&[11, 12, 13, 14, 15, 16], Some(10), 40, "CPU"),
+    ),
+    (
+      w(1, 0),
+      stored(&[1, 2, 3, 4, 5, 6, 7, 8, 9], None, 0, "GPU"),
+    ),
+    // A salted chain of 6 and a child of 5 that inherits the salt.
+    (w(2, 0), salted(&[21, 22, 23, 24, 25, 26], None, 0)),
+    (w(2, 0), stored(&[27, 28, 29, 30, 31], Some(26), 24, "GPU")),
+    // An unknown parent (one drop), a foreign medium, then inner and leaf removals.
+    (
+      w(2, 1),
+      stored(&[41, 42, 43, 44, 45, 46, 47, 48, 49], Some(999), 0, "GPU"),
+    ),
+    (w(1, 0), removed(&[9, 10, 1, 2, 3, 50, 6], "GPU")),
+    (w(1, 0), removed(&[11, 12, 13, 14, 15], "NVME")),
+    (w(1, 0), removed(&[14, 15, 16], "CPU")),
+    (w(2, 0), KvEvent::Cleared),
+  ];
+  let mut whole = RouterIndex::new(BS).unwrap();
+  let pieces = Shared::new(RouterIndex::new(BS).unwrap());
+  let tokens: Vec<u32> = (0..64).collect();
+  for (i, (wk, ev)) in events.iter().enumerate() {
+    whole.apply(*wk, ev).unwrap();
+    pieces.apply(*wk, ev).unwrap();
+    let p = pieces.read();
+    for salt in [None, Some("s1")] {
+      assert_eq!(
+        scores(&p.query(&tokens, None, salt)),
+        scores(&whole.query(&tokens, None, salt)),
+        "after event {i}, salt {salt:?}"
+      );
+    }
+    for t in [Tier::Device, Tier::Host, Tier::Disk] {
+      let [mut a, mut b] = [p.tier(t).stats(), whole.tier(t).stats()];
+      (a.bytes, b.bytes) = (0, 0);
+      assert_eq!(a, b, "after event {i}, tier {t:?}");
+    }
+    assert_eq!(p.drops(), whole.drops(), "after event {i}");
+    if i == 4 {
+      // The salted chain and its child: 11 blocks in the salt's namespace.
+      assert_eq!(
+        scores(&p.query(&tokens, None, Some("s1"))),
+        vec![(2, 0, 11, 11, 11)]
+      );
+    }
+  }
+  // The events did something: the device tier holds worker 1's run, and one parent was unknown.
+  let p = pieces.read();
+  assert!(p.tier(Tier::Device).stats().memberships > 0);
+  assert!(p
+    .tier(Tier::Device)
+    .stats()
+    .drops
+    .contains(&(crate::index::DropReason::UnknownParent, 1)));
+}
