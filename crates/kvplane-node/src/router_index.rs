@@ -91,8 +91,8 @@ fn matches_out(a: QueryAnswer) -> RouterMatchesOut {
 
 #[napi]
 pub struct NativeRouterIndex {
-  /// Shared with the ZMQ links that apply to it on the link thread (`followZmq`).
-  /// Shared with the index's ZMQ links, which apply on their own thread one event at a time.
+  /// Shared with the ZMQ links that apply to it on the link thread (`followZmq`). Every apply
+  /// but a recovery's takes the write lock per piece of an event (`Shared::apply`).
   inner: Arc<Shared<RouterIndex>>,
 }
 
@@ -177,7 +177,7 @@ impl NativeRouterIndex {
       let id = bigint_u64("workerId", &worker_id)?;
       let expected = expected.map(|e| bigint_u64("expected", &e)).transpose()?;
       Ok(
-        match self.ix_mut().apply_numbered(id, rank, bytes, expected)? {
+        match self.inner.apply_numbered(id, rank, bytes, expected)? {
           Numbered::Applied(a) => applied_out("applied", a),
           Numbered::Duplicate(seq) => skipped_out("duplicate", seq),
           Numbered::Gap(seq) => skipped_out("gap", seq),

@@ -167,18 +167,9 @@ impl RouterIndex {
     bytes: &[u8],
     expected: Option<u64>,
   ) -> KvResult<Numbered> {
-    let head = codec::smg::batch_head(bytes)?;
-    if let Some(e) = expected {
-      if head.seq < e {
-        return Ok(Numbered::Duplicate(head.seq));
-      }
-      if head.seq > e {
-        return Ok(Numbered::Gap(head.seq));
-      }
-    }
-    let mut a = self.apply_payload(worker_id, rank, bytes, Dialect::SmgProto)?;
-    a.snapshot_rest = head.snapshot_rest.unwrap_or(0);
-    Ok(Numbered::Applied(a))
+    numbered(bytes, expected, |b| {
+      self.apply_payload(worker_id, rank, b, Dialect::SmgProto)
+    })
   }
 
   /// Applies one event of worker `w`; `Err` only for a layout the index cannot hold (the worker
@@ -450,6 +441,26 @@ fn apply_each(
   out
 }
 
+/// SMG batch `bytes` applied with `apply` when its seq is `expected` (any seq when `None`).
+fn numbered(
+  bytes: &[u8],
+  expected: Option<u64>,
+  apply: impl FnOnce(&[u8]) -> KvResult<Applied>,
+) -> KvResult<Numbered> {
+  let head = codec::smg::batch_head(bytes)?;
+  if let Some(e) = expected {
+    if head.seq < e {
+      return Ok(Numbered::Duplicate(head.seq));
+    }
+    if head.seq > e {
+      return Ok(Numbered::Gap(head.seq));
+    }
+  }
+  let mut a = apply(bytes)?;
+  a.snapshot_rest = head.snapshot_rest.unwrap_or(0);
+  Ok(Numbered::Applied(a))
+}
+
 /// A stored event's tier and keying, worked out on its first piece (`RouterIndex::apply_piece`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Routed {
@@ -499,6 +510,19 @@ impl Shared<RouterIndex> {
     Ok(apply_each(decoded, worker_id, rank, |w, ev| {
       self.apply(w, ev)
     }))
+  }
+
+  /// `RouterIndex::apply_numbered` with readers alongside: a piece of an event per write lock.
+  pub fn apply_numbered(
+    &self,
+    worker_id: u64,
+    rank: u32,
+    bytes: &[u8],
+    expected: Option<u64>,
+  ) -> KvResult<Numbered> {
+    numbered(bytes, expected, |b| {
+      self.apply_payload(worker_id, rank, b, Dialect::SmgProto)
+    })
   }
 
   /// `apply_payload` for payloads that arrived together, in order: all decoded first, so nothing
