@@ -158,20 +158,6 @@ impl RouterIndex {
     apply_each(decoded, worker_id, rank, |w, ev| self.apply(w, ev))
   }
 
-  /// `apply_payload` for SMG's numbered `KvEventBatch`: applied only when its seq is `expected`
-  /// (any seq when `None`).
-  pub fn apply_numbered(
-    &mut self,
-    worker_id: u64,
-    rank: u32,
-    bytes: &[u8],
-    expected: Option<u64>,
-  ) -> KvResult<Numbered> {
-    numbered(bytes, expected, |b| {
-      self.apply_payload(worker_id, rank, b, Dialect::SmgProto)
-    })
-  }
-
   /// Applies one event of worker `w`; `Err` only for a layout the index cannot hold (the worker
   /// was cleared, as the index does).
   pub fn apply(&mut self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
@@ -441,26 +427,6 @@ fn apply_each(
   out
 }
 
-/// SMG batch `bytes` applied with `apply` when its seq is `expected` (any seq when `None`).
-fn numbered(
-  bytes: &[u8],
-  expected: Option<u64>,
-  apply: impl FnOnce(&[u8]) -> KvResult<Applied>,
-) -> KvResult<Numbered> {
-  let head = codec::smg::batch_head(bytes)?;
-  if let Some(e) = expected {
-    if head.seq < e {
-      return Ok(Numbered::Duplicate(head.seq));
-    }
-    if head.seq > e {
-      return Ok(Numbered::Gap(head.seq));
-    }
-  }
-  let mut a = apply(bytes)?;
-  a.snapshot_rest = head.snapshot_rest.unwrap_or(0);
-  Ok(Numbered::Applied(a))
-}
-
 /// A stored event's tier and keying, worked out on its first piece (`RouterIndex::apply_piece`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Routed {
@@ -512,7 +478,8 @@ impl Shared<RouterIndex> {
     }))
   }
 
-  /// `RouterIndex::apply_numbered` with readers alongside: a piece of an event per write lock.
+  /// `apply_payload` for SMG's numbered `KvEventBatch`: applied only when its seq is `expected`
+  /// (any seq when `None`).
   pub fn apply_numbered(
     &self,
     worker_id: u64,
@@ -520,9 +487,18 @@ impl Shared<RouterIndex> {
     bytes: &[u8],
     expected: Option<u64>,
   ) -> KvResult<Numbered> {
-    numbered(bytes, expected, |b| {
-      self.apply_payload(worker_id, rank, b, Dialect::SmgProto)
-    })
+    let head = codec::smg::batch_head(bytes)?;
+    if let Some(e) = expected {
+      if head.seq < e {
+        return Ok(Numbered::Duplicate(head.seq));
+      }
+      if head.seq > e {
+        return Ok(Numbered::Gap(head.seq));
+      }
+    }
+    let mut a = self.apply_payload(worker_id, rank, bytes, Dialect::SmgProto)?;
+    a.snapshot_rest = head.snapshot_rest.unwrap_or(0);
+    Ok(Numbered::Applied(a))
   }
 
   /// `apply_payload` for payloads that arrived together, in order: all decoded first, so nothing

@@ -196,26 +196,15 @@ fn foreign_media_block_sizes_and_remote_blocks_are_counted_not_indexed() {
 
 #[test]
 fn numbered_batches_apply_in_order_and_report_duplicates_and_gaps() {
+  let shared = Shared::new(RouterIndex::new(BS).unwrap());
   let batch = |seq: u64, h: u64| {
     let ev = stored(&[h], None, h as u32 * 4, "GPU");
     encode_events(seq, 0.0, &[EventRef::of(&ev)], Some(2), Format::SmgProto)
   };
-  // The index alone, and shared with readers (a piece of an event per write lock).
-  let mut r = RouterIndex::new(BS).unwrap();
-  let shared = Shared::new(RouterIndex::new(BS).unwrap());
-  type Apply<'a> = &'a mut dyn FnMut(&[u8], Option<u64>) -> Numbered;
-  let appliers: [Apply; 2] = [
-    &mut |b, e| r.apply_numbered(9, 0, b, e).unwrap(),
-    &mut |b, e| shared.apply_numbered(9, 0, b, e).unwrap(),
-  ];
-  for apply in appliers {
-    assert!(
-      matches!(apply(&batch(5, 1), None), Numbered::Applied(a) if a.seq == 5 && a.events == 1)
-    );
-    assert_eq!(apply(&batch(5, 1), Some(6)), Numbered::Duplicate(5));
-    assert_eq!(apply(&batch(8, 2), Some(6)), Numbered::Gap(8));
-  }
-  assert_eq!(r.tier(Tier::Device).worker_blocks(w(9, 2)), 1);
+  let apply = |b: &[u8], e| shared.apply_numbered(9, 0, b, e).unwrap();
+  assert!(matches!(apply(&batch(5, 1), None), Numbered::Applied(a) if a.seq == 5 && a.events == 1));
+  assert_eq!(apply(&batch(5, 1), Some(6)), Numbered::Duplicate(5));
+  assert_eq!(apply(&batch(8, 2), Some(6)), Numbered::Gap(8));
   assert_eq!(shared.read().tier(Tier::Device).worker_blocks(w(9, 2)), 1);
 }
 
