@@ -55,6 +55,14 @@ interface Dump {
 }
 
 /** A bare engine-side ZMQ PUB (messages built by the test), bound on a free port. */
+/** Rank 0 of the relay's engine source, as its /healthz reports it. */
+async function rankOf(http: string): Promise<Record<string, unknown> | undefined> {
+  const health = (await (await fetch(`${http}/healthz`)).json()) as {
+    sources: Array<{ stats: { ranks: Array<Record<string, unknown>> } }>;
+  };
+  return health.sources[0]?.stats.ranks[0];
+}
+
 async function rawEngine(): Promise<Publisher> {
   const engine = new Publisher({ linger: 0, sendHighWaterMark: 0 });
   cleanup.push(() => engine.close());
@@ -215,16 +223,13 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     await engine.send([empty, seq(1n), Buffer.from([0xc1, 0xff, 0x00])]); // not msgpack
     await engine.send([empty, seq(2n), batch(2)]);
     await engine.send([empty, seq(3n), batch(3)]);
-    let ranks: Array<Record<string, unknown>> = [];
-    for (let i = 0; i < 50 && Number(ranks[0]?.lastEngineSeq ?? -1) < 3; i++) {
+    let rank: Record<string, unknown> | undefined;
+    for (let i = 0; i < 50 && Number(rank?.lastEngineSeq ?? -1) < 3; i++) {
       await sleep(100);
-      const health = (await (await fetch(`${http}/healthz`)).json()) as {
-        sources: Array<{ stats: { ranks: Array<Record<string, unknown>> } }>;
-      };
-      ranks = health.sources[0]?.stats.ranks ?? [];
+      rank = await rankOf(http);
     }
     // 3 malformed messages skipped; the undecodable batch 1 cleared the rank, which rebuilt from 2.
-    expect(ranks[0]).toMatchObject({ malformed: 3, undecodable: 1, cleared: 1, lastEngineSeq: 3, applied: 4 });
+    expect(rank).toMatchObject({ malformed: 3, undecodable: 1, cleared: 1, lastEngineSeq: 3, applied: 4 });
     expect(await dumpedBlocks(http)).toEqual([2, 3]);
     const warnings = node.lines.filter((l) => l.level === 'warn').map((l) => l.msg);
     expect(warnings).toContain('malformed engine message skipped');
@@ -249,8 +254,16 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
         '--engine-coalesce-bytes',
         String(coalesce),
       ]);
-      // Sent at once: they wait together at the relay's socket.
-      for (let i = 0; i < 300; i++) await engine.send([Buffer.alloc(0), seq(i), batch(i)]);
+      // The first batch alone, relayed before the rest is sent: until the rank has joined, its
+      // batches go to the follower one by one (sent at once with the rest, they all did now and
+      // then, and none was coalesced).
+      await engine.send([Buffer.alloc(0), seq(0), batch(0)]);
+      for (let i = 0; i < 100 && Number((await rankOf(http))?.lastEngineSeq ?? -1) < 0; i++) await sleep(50);
+      // The rest sent at once, in one tick (the engine's send buffer has no limit, so no send
+      // waits): they reach the relay's socket together.
+      await Promise.all(
+        Array.from({ length: 299 }, (_, i) => engine.send([Buffer.alloc(0), seq(i + 1), batch(i + 1)])),
+      );
       let out = await relayed(http);
       for (let i = 0; i < 100 && out.flatMap((b) => b.events).length < 302; i++) {
         await sleep(50);
