@@ -25,6 +25,10 @@ pub trait Apply: Send + 'static {
   fn apply_many(&mut self, _payloads: &[&[u8]]) -> Result<u32, String> {
     Err("not supported".into())
   }
+
+  /// Called when the read buffer is empty: the link is about to wait for the socket. Work that
+  /// can wait for the end of a burst goes here.
+  fn drained(&mut self) {}
 }
 
 /// What the follower is handed.
@@ -451,6 +455,11 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
   let mut frames: Vec<Vec<u8>> = Vec::with_capacity(3);
   let mut last_progress = Instant::now();
   loop {
+    if r.buffer().is_empty() {
+      // The next read waits for the socket.
+      let mut inner = shared.inner();
+      let _ = catch_unwind(AssertUnwindSafe(|| inner.apply.drained()));
+    }
     let (flags, body) = read_frame(&mut r, opts.max_frame).await.map_err(up)?;
     if flags & zmtp::COMMAND != 0 {
       continue;
