@@ -77,8 +77,20 @@ impl<T> Shared<T> {
 /// traffic then shows).
 pub const PIECE_BLOCKS: usize = 4;
 
-impl Shared<Index> {
-  /// Applies one event for a worker, `PIECE_BLOCKS` blocks per write lock (`Index::apply_piece`).
+/// What applies an event a piece at a time (`index::Piecewise`): the index, and the router's.
+pub trait ApplyPiece {
+  /// Applies the next piece of `p`; false once the event is all applied, or dropped.
+  fn apply_piece(&mut self, p: &mut Piecewise<'_>) -> KvResult<bool>;
+}
+
+impl ApplyPiece for Index {
+  fn apply_piece(&mut self, p: &mut Piecewise<'_>) -> KvResult<bool> {
+    Index::apply_piece(self, p)
+  }
+}
+
+impl<T: ApplyPiece> Shared<T> {
+  /// Applies one event for a worker, `PIECE_BLOCKS` blocks per write lock.
   pub fn apply(&self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
     let mut p = Piecewise::new(w, ev, PIECE_BLOCKS);
     while self.write().apply_piece(&mut p)? {}

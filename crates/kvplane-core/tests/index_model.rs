@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 const BS: usize = 2;
+/// The parent of an `Op::Store` made `unknown`: no worker holds it.
+const UNKNOWN_PARENT: u64 = 0xdead_beef;
 /// Block contents are drawn from a small alphabet so chains share prefixes across workers.
 const ALPHABET: u32 = 3;
 
@@ -139,7 +141,7 @@ fn step(model: &mut Model, op: Op) -> (WorkerKey, KvEvent) {
     } => {
       let held: Vec<(u64, u64)> = model.held[w].iter().map(|(e, k)| (*e, *k)).collect();
       let (parent_eh, mut parent_key) = match (unknown, parent) {
-        (true, _) => (Some(0xdead_beef), None),
+        (true, _) => (Some(UNKNOWN_PARENT), None),
         (false, Some(i)) if !held.is_empty() => {
           let (e, k) = held[i % held.len()];
           (Some(e), Some(k))
@@ -468,11 +470,7 @@ fn piece_states(
 ) -> Vec<Model> {
   let wi = (0..4).find(|&i| worker(i) == w).unwrap();
   let (hashes, storing) = match ev {
-    KvEvent::Stored(s)
-      if after.held[wi] != before.held[wi] || s.parent_block_hash != Some(0xdead_beef) =>
-    {
-      (&s.block_hashes, true)
-    }
+    KvEvent::Stored(s) if s.parent_block_hash != Some(UNKNOWN_PARENT) => (&s.block_hashes, true),
     KvEvent::Removed(r) => (&r.block_hashes, false),
     _ => return vec![after.clone()],
   };

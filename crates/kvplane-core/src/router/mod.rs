@@ -22,7 +22,7 @@ use crate::event::{KvEvent, StoredEvent};
 use crate::index::{
   Index, IndexConfig, IndexStats, Piecewise, StoredBlocks, WorkerDump, WorkerKey,
 };
-use crate::shared::{Shared, PIECE_BLOCKS};
+use crate::shared::{ApplyPiece, Shared};
 use crate::stream::Recovery;
 use std::collections::HashMap;
 
@@ -454,15 +454,13 @@ fn split_tier(
   (here, elsewhere)
 }
 
-impl Shared<RouterIndex> {
-  /// Applies one event for a worker, `PIECE_BLOCKS` blocks per write lock
-  /// (`RouterIndex::apply_piece`).
-  pub fn apply(&self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
-    let mut p = Piecewise::new(w, ev, PIECE_BLOCKS);
-    while self.write().apply_piece(&mut p)? {}
-    Ok(())
+impl ApplyPiece for RouterIndex {
+  fn apply_piece(&mut self, p: &mut Piecewise<'_>) -> KvResult<bool> {
+    RouterIndex::apply_piece(self, p)
   }
+}
 
+impl Shared<RouterIndex> {
   /// `RouterIndex::apply_payload` with readers alongside: decoded before the lock is taken, then
   /// applied a piece of an event per write lock, so a query never waits for the whole payload.
   pub fn apply_payload(
