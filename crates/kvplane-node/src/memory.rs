@@ -16,6 +16,29 @@ use napi_derive::napi;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `purge_delay` option (`mi_option_purge_delay` in its `mimalloc.h`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// How long freed memory stays with the allocator before it goes back to the OS, unless
+/// `MIMALLOC_PURGE_DELAY` says otherwise. mimalloc's own default is 1 s: a relay's link thread
+/// then handed memory back about once a second, in calls that unmapped megabytes and held the
+/// thread for 4-11 ms (every batch arriving meanwhile waited; bench/README.md, engine relay).
+/// Memory that a relay frees and allocates again within seconds now stays mapped. Bursts still
+/// return theirs soon after they end: `trimAllocator` purges at once, whatever the delay, off the
+/// JS thread and off the link thread.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[napi_derive::module_init]
+fn set_purge_delay() {
+  if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+    // SAFETY: sets one of mimalloc's integer options, as its API allows at any time.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+  }
+}
+
 /// Returns the allocators' free memory to the OS (mimalloc's collection of this library's memory,
 /// then glibc's `malloc_trim` for the rest of the process), on a worker thread: after a burst of
 /// short-lived buffers (replays, recovery answers) freed memory stays in the arenas, which shows
@@ -50,5 +73,43 @@ impl CoreWork for Trim {
 
   fn output(output: bool) -> bool {
     output
+  }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+  use super::{MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS};
+
+  fn purge_delay() -> std::ffi::c_long {
+    // SAFETY: reads one of mimalloc's integer options.
+    unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) }
+  }
+
+  #[test]
+  fn freed_memory_stays_with_the_allocator_for_ten_seconds() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+      return; // set by whoever runs the tests: theirs is kept (the next test)
+    }
+    assert_eq!(purge_delay(), PURGE_DELAY_MS);
+  }
+
+  /// The option set is mimalloc's `purge_delay` (it reads `MIMALLOC_PURGE_DELAY` into it), and a
+  /// delay given in the environment is kept: this test binary run again with one.
+  #[test]
+  fn a_purge_delay_from_the_environment_is_kept() {
+    const NAME: &str = "memory::tests::a_purge_delay_from_the_environment_is_kept";
+    if std::env::var_os("KVPLANE_PURGE_DELAY_CHILD").is_some() {
+      println!("purge_delay={}", purge_delay());
+      return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+      .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+      .env("KVPLANE_PURGE_DELAY_CHILD", "1")
+      .env("MIMALLOC_PURGE_DELAY", "1234")
+      .output()
+      .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("purge_delay=1234"), "{stdout}");
   }
 }
