@@ -26,8 +26,8 @@ pub trait Apply: Send + 'static {
     Err("not supported".into())
   }
 
-  /// Called when the read buffer is empty: the link is about to wait for the socket. Work that
-  /// can wait for the end of a burst goes here.
+  /// Called when the read buffer holds no whole frame: the link is about to wait for the
+  /// socket. Work that can wait for the end of a burst goes here.
   fn drained(&mut self) {}
 }
 
@@ -455,8 +455,8 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
   let mut frames: Vec<Vec<u8>> = Vec::with_capacity(3);
   let mut last_progress = Instant::now();
   loop {
-    if r.buffer().is_empty() {
-      // The next read waits for the socket.
+    if zmtp::buffered_frame(r.buffer(), opts.max_frame).is_none() {
+      // The next frame is not (all) here: its read waits for the socket.
       let mut inner = shared.inner();
       let _ = catch_unwind(AssertUnwindSafe(|| inner.apply.drained()));
     }

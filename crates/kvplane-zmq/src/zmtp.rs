@@ -140,7 +140,7 @@ pub fn peer_socket_type(body: &[u8]) -> Result<String, ZmtpError> {
 
 /// A frame at the start of `buf`: its flags, its body and the bytes it takes; `None` if it is
 /// not whole there (or larger than `max`).
-fn buffered_frame(buf: &[u8], max: usize) -> Option<(u8, &[u8], usize)> {
+pub fn buffered_frame(buf: &[u8], max: usize) -> Option<(u8, &[u8], usize)> {
   let flags = *buf.first()?;
   let (len, head) = if flags & LONG != 0 {
     (u64::from_be_bytes(buf.get(1..9)?.try_into().ok()?), 9)

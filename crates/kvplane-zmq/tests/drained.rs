@@ -105,3 +105,77 @@ fn a_link_says_it_drained_its_socket_after_every_burst() {
     assert_eq!(applied, expected, "burst {burst}");
   }
 }
+
+/// The bytes of a live message `[topic, seq, payload]`, its payload `seq as u8` x 100.
+fn message(seq: u64) -> Vec<u8> {
+  use kvplane_zmq::zmtp;
+  let mut out = Vec::new();
+  let frames: [Vec<u8>; 3] = [Vec::new(), seq.to_be_bytes().to_vec(), vec![seq as u8; 100]];
+  for (i, f) in frames.iter().enumerate() {
+    let flags = if i < 2 { zmtp::MORE } else { 0 };
+    zmtp::frame_header(flags, f.len(), &mut out);
+    out.extend_from_slice(f);
+  }
+  out
+}
+
+#[test]
+fn a_link_says_it_drained_when_only_part_of_the_next_message_has_come() {
+  use kvplane_zmq::zmtp;
+  use std::io::{Read, Write};
+  // A publisher written by hand, so that a message can be sent in two parts.
+  let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+  let endpoint = format!("tcp://{}", listener.local_addr().unwrap());
+  let log = Arc::new(Mutex::new(Vec::new()));
+  let read = Reader::default();
+  let handed = Arc::new(AtomicU64::new(0));
+  let link = Link::spawn(
+    LinkOptions::new(Endpoint::parse(&endpoint).unwrap()),
+    Recorder(log.clone()),
+    Follower(read.clone(), handed.clone()),
+    read,
+  );
+  let (mut s, _) = listener.accept().unwrap();
+  let mut hello = zmtp::greeting().to_vec();
+  zmtp::ready("PUB", &mut hello);
+  s.write_all(&hello).unwrap();
+  // The link's greeting, READY and subscription: read and let go.
+  s.set_read_timeout(Some(Duration::from_millis(200)))
+    .unwrap();
+  let mut sink = [0u8; 256];
+  while s.read(&mut sink).is_ok_and(|n| n > 0) {}
+  let mut next = 0u64;
+  until("the link to take batches", || {
+    s.write_all(&message(next)).unwrap();
+    next += 1;
+    handed.load(Ordering::Relaxed) > 0
+  });
+  std::thread::sleep(Duration::from_millis(100));
+  until("the gate to open", || link.reopen(next));
+  log.lock().unwrap().clear();
+  // A whole batch and the first half of the next, in one write.
+  let (a, b) = (message(next), message(next + 1));
+  let half = b.len() / 2;
+  s.write_all(&[&a[..], &b[..half]].concat()).unwrap();
+  until("the drain after the whole batch", || {
+    log.lock().unwrap().last() == Some(&Step::Drained)
+  });
+  assert_eq!(
+    *log.lock().unwrap(),
+    vec![Step::Applied(next as u8), Step::Drained]
+  );
+  s.write_all(&b[half..]).unwrap();
+  until("the rest of the batch", || {
+    let log = log.lock().unwrap();
+    log.len() == 4 && log.last() == Some(&Step::Drained)
+  });
+  assert_eq!(
+    *log.lock().unwrap(),
+    vec![
+      Step::Applied(next as u8),
+      Step::Drained,
+      Step::Applied(next as u8 + 1),
+      Step::Drained
+    ]
+  );
+}
