@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { type Engine, type EnginePeer, enginePeer, restartEnginePeer } from './engine_peer.js';
-import { relayed, runGrpcPeer, type ServeNode, serveNode, sleep } from './fixtures.js';
+import { engineRanks, relayed, runGrpcPeer, type ServeNode, serveNode, sleep } from './fixtures.js';
 
 // The engines' own publishers (scripts/engine_peer.py: vLLM's and SGLang's ZmqEventPublisher and
 // event structs from their wheels) relayed by `kvplane serve --engine vllm|sglang`.
@@ -19,19 +19,12 @@ async function relay(engine: Engine, peer: EnginePeer, ...extra: string[]): Prom
   const http = node.serving.http as string;
   // Until every rank's SUB is connected: what the engine publishes before is not relayed live.
   for (let i = 0; i < 100; i++) {
-    const ranks = await rankStats(http);
+    const ranks = await engineRanks(http);
     if (ranks.length > 0 && ranks.every((r) => r.connected === true)) break;
     await sleep(50);
   }
   await sleep(200); // the subscription reaching the engine's PUB
   return { node, http };
-}
-
-async function rankStats(http: string): Promise<Array<Record<string, unknown>>> {
-  const health = (await (await fetch(`${http}/healthz`)).json()) as {
-    sources: Array<{ stats: { ranks: Array<Record<string, unknown>> } }>;
-  };
-  return health.sources[0]?.stats.ranks ?? [];
 }
 
 interface Dump {
@@ -75,7 +68,7 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
     await peer.run({ op: 'sync' });
     const want = { 0: range(1, 7), 1: range(101, 6) };
     expect(await treeReaches(http, want)).toEqual(want);
-    const ranks = await rankStats(http);
+    const ranks = await engineRanks(http);
     // Nothing was unrecoverable: the engine's replay held everything from its seq 0.
     expect(ranks.map((r) => [r.rank, r.lastEngineSeq, r.unrecoverable, r.restarts])).toEqual([
       [0, 4, 0, 0],
@@ -100,7 +93,7 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
     await again.run({ op: 'sync' });
     const fresh = { 0: [500, 501], 1: [600] };
     expect(await treeReaches(http, fresh)).toEqual(fresh);
-    const after = await rankStats(http);
+    const after = await engineRanks(http);
     expect(after.map((r) => [r.rank, r.restarts])).toEqual([
       [0, 1],
       [1, 1],
@@ -123,7 +116,7 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
     let rank: Record<string, unknown> = {};
     let got: Record<number, number[]> = {};
     for (let i = 0, last = ''; i < 300; i++) {
-      [rank = {}] = await rankStats(http);
+      [rank = {}] = await engineRanks(http);
       got = await blocksByRank(http);
       const now = JSON.stringify([rank, got[0]?.length]);
       if (rank.lastEngineSeq === 2000 && rank.fetching === false && now === last) break;
@@ -156,7 +149,7 @@ describe.each<Engine>(['vllm', 'sglang'])('kvplane serve --engine %s relays the 
     // Blocks 1..3 are lost (the engine cannot replay them): the relay holds what it saw, 4 and 5,
     // and says so: the rank counted unrecoverable, a clear in its stream before block 4.
     expect(await treeReaches(http, { 0: [4, 5] })).toEqual({ 0: [4, 5] });
-    const [rank] = await rankStats(http);
+    const [rank] = await engineRanks(http);
     expect(rank).toMatchObject({ lastEngineSeq: 4, unrecoverable: 1, cleared: 1, applied: 2 });
     // Per event, with its batch's rank (engine batches that arrive together go on as one).
     const types = (await relayed(http)).flatMap((b) =>

@@ -159,6 +159,14 @@ export interface RecoveredBatch {
   events: Array<{ type: string; block_hashes?: number[] }>;
 }
 
+/** The ranks of a relay's engine source, as its /healthz reports them. */
+export async function engineRanks(http: string): Promise<Array<Record<string, unknown>>> {
+  const health = (await (await fetch(`${http}/healthz`)).json()) as {
+    sources: Array<{ stats: { ranks: Array<Record<string, unknown>> } }>;
+  };
+  return health.sources[0]?.stats.ranks ?? [];
+}
+
 /** Every batch the relay has published so far, from its own log (`/kv_recover` Events). */
 export async function relayed(http: string): Promise<RecoveredBatch[]> {
   const out: RecoveredBatch[] = [];

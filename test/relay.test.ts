@@ -10,7 +10,16 @@ import {
   KvEventPublisher,
   subscribeDefinition,
 } from '../src/index.js';
-import { freePort, relayed, runGrpcPeer, serveNode, sleep, storedBlock as stored, until } from './fixtures.js';
+import {
+  engineRanks,
+  freePort,
+  relayed,
+  runGrpcPeer,
+  serveNode,
+  sleep,
+  storedBlock as stored,
+  until,
+} from './fixtures.js';
 
 const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
@@ -54,15 +63,12 @@ interface Dump {
   TreeDump: { workers: Array<{ dp_rank: number; events: Array<{ block_hashes: number[] }> }> };
 }
 
-/** A bare engine-side ZMQ PUB (messages built by the test), bound on a free port. */
 /** Rank 0 of the relay's engine source, as its /healthz reports it. */
 async function rankOf(http: string): Promise<Record<string, unknown> | undefined> {
-  const health = (await (await fetch(`${http}/healthz`)).json()) as {
-    sources: Array<{ stats: { ranks: Array<Record<string, unknown>> } }>;
-  };
-  return health.sources[0]?.stats.ranks[0];
+  return (await engineRanks(http))[0];
 }
 
+/** A bare engine-side ZMQ PUB (messages built by the test), bound on a free port. */
 async function rawEngine(): Promise<Publisher> {
   const engine = new Publisher({ linger: 0, sendHighWaterMark: 0 });
   cleanup.push(() => engine.close());
