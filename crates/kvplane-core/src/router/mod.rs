@@ -18,7 +18,7 @@ pub use tier::Tier;
 
 use crate::codec::{self, recover, Dialect};
 use crate::error::{KvError, KvResult};
-use crate::event::{KvEvent, StoredEvent};
+use crate::event::{KvEvent, RemovedEvent, StoredEvent};
 use crate::index::{
   Index, IndexConfig, IndexStats, Piecewise, StoredBlocks, WorkerDump, WorkerKey,
 };
@@ -164,15 +164,9 @@ impl RouterIndex {
     match ev {
       KvEvent::Stored(s) => self.store(w, s),
       KvEvent::Removed(r) => {
-        let Some(tier) = Tier::of_medium(r.medium.as_deref()) else {
-          self.drop_event(RouterDrop::Medium);
-          return Ok(());
-        };
-        self.tiers[tier as usize].remove_blocks(w, &r.block_hashes);
-        if !self.salts.is_empty() {
-          for h in &r.block_hashes {
-            self.salts.remove(&(w, *h));
-          }
+        if let Some(tier) = self.removal_tier(r) {
+          self.tiers[tier].remove_blocks(w, &r.block_hashes);
+          self.forget_salts(w, &r.block_hashes);
         }
         Ok(())
       }
@@ -223,6 +217,24 @@ impl RouterIndex {
     })
   }
 
+  /// The tier a removed event's blocks are in; `None` for a medium not indexed here (counted).
+  fn removal_tier(&mut self, r: &RemovedEvent) -> Option<usize> {
+    let tier = Tier::of_medium(r.medium.as_deref());
+    if tier.is_none() {
+      self.drop_event(RouterDrop::Medium);
+    }
+    tier.map(|t| t as usize)
+  }
+
+  /// Forgets the salts of removed blocks.
+  fn forget_salts(&mut self, w: WorkerKey, block_hashes: &[u64]) {
+    if !self.salts.is_empty() {
+      for h in block_hashes {
+        self.salts.remove(&(w, *h));
+      }
+    }
+  }
+
   /// Remembers a stored event's salt for its blocks (their children inherit it).
   fn note_salt(&mut self, w: WorkerKey, s: &StoredEvent, salt: u64) {
     if salt != 0 {
@@ -253,15 +265,12 @@ impl RouterIndex {
         Ok(more)
       }
       KvEvent::Removed(r) => {
-        let Some(tier) = Tier::of_medium(r.medium.as_deref()) else {
-          self.drop_event(RouterDrop::Medium);
+        let Some(tier) = self.removal_tier(r) else {
           return Ok(false);
         };
-        let more = self.tiers[tier as usize].apply_piece(p)?;
-        if !more && !self.salts.is_empty() {
-          for h in &r.block_hashes {
-            self.salts.remove(&(w, *h));
-          }
+        let more = self.tiers[tier].apply_piece(p)?;
+        if !more {
+          self.forget_salts(w, &r.block_hashes);
         }
         Ok(more)
       }
