@@ -4,6 +4,9 @@
 //!
 //!   cargo bench -p kvplane-index-bench --bench vs_dynamo
 //!
+//! `VS_DYNAMO_APPLY_ONLY=1` stops each workload after the apply figures (a few seconds: for
+//! comparing two builds of the index).
+//!
 //! Two workloads, 128 workers, 16-token blocks, 8k-token (512-block) queries:
 //! - `depths`: 48 shared conversations, each held by the 32 workers of its system prompt to random
 //!   depths, plus private chains and churn: a query matches 64 workers at many different depths.
@@ -700,6 +703,17 @@ fn run(wl: &Workload, c: &mut Criterion) {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
   });
+  if std::env::var_os("VS_DYNAMO_APPLY_ONLY").is_some() {
+    let best = (block_ops as f64 / (radix_secs + hash_secs))
+      .max(block_ops as f64 / (crtc_secs + hash_secs))
+      / 1e6;
+    let kv_mops = block_ops as f64 / kv_secs / 1e6;
+    println!(
+      "REPORT {name} apply only: kvplane {kv_mops:.2} M block ops/s, best dynamo with hashing {best:.2}: {:.2}x",
+      kv_mops / best
+    );
+    return;
+  }
   let (kv, radix, crtc) = (kv.unwrap(), radix.unwrap(), crtc.unwrap());
   let memberships = kv.stats().memberships;
 

@@ -26,7 +26,7 @@ use crate::event::{check_layout, KvEvent, StoredEvent};
 use crate::hash::{content_hash_seeded, seq_hash, XXH3_SEED};
 use edge::{loc, unloc, Edge, FREED, NONE};
 use std::collections::HashMap;
-use table::{hash32, LocMap, TagMap};
+use table::{hash32, LocMap, MixState, TagMap};
 
 /// A worker: one engine instance (`worker_id`) and one of its data-parallel ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -168,7 +168,7 @@ pub struct Index {
   /// Token ids retained, kept as we go so `stats` needs no pass over the tokens.
   token_words: usize,
   workers: Vec<WorkerState>,
-  slots: HashMap<WorkerKey, u32>,
+  slots: HashMap<WorkerKey, u32, MixState>,
   /// The slot `slot()` found last.
   last_slot: Option<(WorkerKey, u32)>,
   memberships: u64,
@@ -244,7 +244,7 @@ impl Index {
       blocks: 0,
       token_words: 0,
       workers: Vec::new(),
-      slots: HashMap::new(),
+      slots: HashMap::default(),
       last_slot: None,
       memberships: 0,
       tier_roots: 0,
@@ -527,22 +527,28 @@ impl Index {
           &s.token_ids[i * bs..(i + 1) * bs]
         }
       });
-      if let Some(l) = self.workers[slot as usize].engine.get(eh) {
-        let (e, o) = unloc(l);
-        if self.edges[e as usize].keys[o as usize] == key {
-          self.drop_event(DropReason::DuplicateStore, 1);
-          cur = Some((e, o));
-          continue;
-        }
-        // The engine reused an id for other content: the old block is gone.
-        self.flush(slot, &mut pending);
-        run = None;
-        self.remove_one(slot, eh);
-        if let Some((e, o)) = cur {
-          let edge = &self.edges[e as usize];
-          if edge.parent == FREED || o as usize >= edge.len() {
-            // That block was the previous one itself (an engine reusing its own parent's id).
-            cur = None;
+      // Where the block's engine id goes, found by the lookup that misses it (`None` once the
+      // map changed in between).
+      let mut vacant = None;
+      match self.workers[slot as usize].engine.get_or_vacant(eh) {
+        Err(v) => vacant = Some(v),
+        Ok(l) => {
+          let (e, o) = unloc(l);
+          if self.edges[e as usize].keys[o as usize] == key {
+            self.drop_event(DropReason::DuplicateStore, 1);
+            cur = Some((e, o));
+            continue;
+          }
+          // The engine reused an id for other content: the old block is gone.
+          self.flush(slot, &mut pending);
+          run = None;
+          self.remove_one(slot, eh);
+          if let Some((e, o)) = cur {
+            let edge = &self.edges[e as usize];
+            if edge.parent == FREED || o as usize >= edge.len() {
+              // That block was the previous one itself (an engine reusing its own parent's id).
+              cur = None;
+            }
           }
         }
       }
@@ -614,9 +620,11 @@ impl Index {
         }
       };
       self.memberships += 1;
-      self.workers[slot as usize]
-        .engine
-        .insert_absent(eh, loc(pos.0, pos.1));
+      let engine = &mut self.workers[slot as usize].engine;
+      match vacant {
+        Some(v) => engine.insert_vacant(v, eh, loc(pos.0, pos.1)),
+        None => engine.insert_absent(eh, loc(pos.0, pos.1)),
+      }
       cur = Some(pos);
     }
     self.flush(slot, &mut pending);

@@ -26,6 +26,35 @@ pub(crate) fn mix(k: u64) -> u64 {
   (p as u64) ^ ((p >> 64) as u64)
 }
 
+/// A `Hasher` for small integer keys (worker keys): each word written is folded in with `mix`.
+/// Not for keys an outside party chooses to collide.
+#[derive(Default, Clone, Copy)]
+pub struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+  #[inline]
+  fn write(&mut self, bytes: &[u8]) {
+    for &b in bytes {
+      self.0 = mix(self.0 ^ b as u64);
+    }
+  }
+  #[inline]
+  fn write_u32(&mut self, n: u32) {
+    self.0 = mix(self.0 ^ n as u64);
+  }
+  #[inline]
+  fn write_u64(&mut self, n: u64) {
+    self.0 = mix(self.0.rotate_left(5) ^ n);
+  }
+  #[inline]
+  fn finish(&self) -> u64 {
+    self.0
+  }
+}
+
+/// Builds `MixHasher`s.
+pub type MixState = std::hash::BuildHasherDefault<MixHasher>;
+
 /// The 32-bit hash that places `k`.
 #[inline(always)]
 pub(crate) fn hash32(k: u64) -> u32 {
@@ -161,6 +190,43 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       return None;
     }
     self.stash.iter().position(hit).map(|i| (STASH, i))
+  }
+
+  /// `find`, or where an entry with hash `h` would go when none is found: its bucket pair,
+  /// for `insert_vacant` (no second hashing of the key).
+  #[inline(always)]
+  fn find_or_vacant(&self, h: u32, hit: impl FnMut(&E) -> bool) -> Result<(usize, usize), Vacant> {
+    let (a, b) = self.pair(h);
+    let vacant = Vacant {
+      a: a as u32,
+      b: b as u32,
+      #[cfg(debug_assertions)]
+      shape: (self.len, self.buckets.len()),
+    };
+    if self.len == 0 {
+      return Err(vacant);
+    }
+    self.find(h, hit).ok_or(vacant)
+  }
+
+  /// Adds an entry known to be absent, where `find_or_vacant` said it would go (the table not
+  /// changed since).
+  #[inline]
+  fn insert_vacant(&mut self, v: Vacant, e: E) {
+    #[cfg(debug_assertions)]
+    debug_assert_eq!(v.shape, (self.len, self.buckets.len()), "a stale Vacant");
+    if (self.len + 1) * 100 > self.buckets.len() * N * MAX_LOAD_PCT {
+      self.grow();
+      if !self.place(e) {
+        self.stash.push(e);
+      }
+    } else {
+      let (a, b) = (v.a as usize, v.b as usize);
+      if !(self.push_pair(a, b, e) || self.place_moving(a, b, e)) {
+        self.stash.push(e);
+      }
+    }
+    self.len += 1;
   }
 
   #[inline(always)]
@@ -385,6 +451,16 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   }
 }
 
+/// Where an absent key goes: its bucket pair, found by the lookup that missed it. Valid until
+/// the table changes (checked in debug builds).
+#[derive(Clone, Copy, Debug)]
+pub struct Vacant {
+  a: u32,
+  b: u32,
+  #[cfg(debug_assertions)]
+  shape: (usize, usize),
+}
+
 /// An entry of `LocMap`: the location's high half is never `u32::MAX` (it is an edge id).
 #[derive(Clone, Copy)]
 #[repr(C)]
@@ -425,6 +501,22 @@ impl LocMap {
   #[inline]
   pub fn get(&self, key: u64) -> Option<u64> {
     self.find(key).map(|(b, i)| self.raw.at(b, i).loc)
+  }
+
+  /// `get`, or where `key` would go (`insert_vacant`): one lookup for a get-then-insert.
+  #[inline]
+  pub fn get_or_vacant(&self, key: u64) -> Result<u64, Vacant> {
+    self
+      .raw
+      .find_or_vacant(hash32(key), |s| s.key == key)
+      .map(|(b, i)| self.raw.at(b, i).loc)
+  }
+
+  /// Inserts `key` where `get_or_vacant` found it absent; the map must not have changed since.
+  #[inline]
+  pub fn insert_vacant(&mut self, v: Vacant, key: u64, loc: u64) {
+    debug_assert_ne!((loc >> 32) as u32, EMPTY);
+    self.raw.insert_vacant(v, LocSlot { key, loc });
   }
 
   /// Inserts `key`, which the caller knows is absent.
@@ -664,11 +756,35 @@ mod tests {
     }
   }
 
-  /// `insert` of a plain map: the previous value, if any.
+  /// `insert` of a plain map: the previous value, if any. A new key goes where the lookup that
+  /// missed it said (`insert_vacant`).
   fn insert(m: &mut LocMap, key: u64, v: u64) -> Option<u64> {
-    let old = m.remove(key);
-    m.insert_absent(key, v);
-    old
+    match m.get_or_vacant(key) {
+      Ok(old) => {
+        assert_eq!(m.remove(key), Some(old));
+        m.insert_absent(key, v);
+        Some(old)
+      }
+      Err(vacant) => {
+        m.insert_vacant(vacant, key, v);
+        None
+      }
+    }
+  }
+
+  #[test]
+  fn a_vacant_insert_works_on_an_empty_map_and_on_one_drained_to_empty() {
+    let mut m = LocMap::default();
+    let v = m.get_or_vacant(5).unwrap_err();
+    m.insert_vacant(v, 5, 9 << 32);
+    assert_eq!(m.get_or_vacant(5).unwrap(), 9 << 32);
+    assert_eq!(m.remove(5), Some(9 << 32));
+    assert!(m.is_empty());
+    let v = m.get_or_vacant(6).unwrap_err();
+    m.insert_vacant(v, 6, 1);
+    assert_eq!(m.get(6), Some(1));
+    assert_eq!(m.get(5), None);
+    m.raw.check();
   }
 
   #[test]
@@ -706,7 +822,11 @@ mod tests {
   fn loc_map_grows_and_drains() {
     let mut m = LocMap::default();
     for k in 0..100_000u64 {
-      m.insert_absent(k * 7919, k << 32);
+      match m.get_or_vacant(k * 7919) {
+        Err(v) if k % 2 == 0 => m.insert_vacant(v, k * 7919, k << 32),
+        Err(_) => m.insert_absent(k * 7919, k << 32),
+        Ok(_) => panic!("{k} found before it was inserted"),
+      }
       let load = m.len() as f64 / (m.raw.buckets.len() * 8) as f64;
       assert!(load <= 0.94, "{load}");
       assert!(m.len() < 1000 || load > 0.62, "{load}");
