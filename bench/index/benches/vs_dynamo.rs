@@ -33,11 +33,14 @@ use dynamo_kv_router::protocols::{
   OverlapScores, RouterEvent,
 };
 use kvplane_core::event::{KvEvent, RemovedEvent, StoredEvent};
-use kvplane_core::hash::{hash_blocks, Algo, HashOptions};
+use kvplane_core::hash::{
+  content_hash_seeded, hash_blocks, seq_hash, Algo, HashOptions, XXH3_SEED,
+};
+use kvplane_core::index::table::{LocMap, MixState};
 use kvplane_core::index::{Index, IndexConfig, MatchOptions, WorkerKey};
 use kvplane_core::shared::Shared;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -448,6 +451,81 @@ fn build_kvplane(events: &[(WorkerKey, KvEvent)]) -> Index {
   ix
 }
 
+/// A worker's map of engine ids, for `build_floor`.
+trait EngineIds: Default {
+  fn get(&self, eh: u64) -> Option<u64>;
+  /// Adds `eh` unless it is there.
+  fn add(&mut self, eh: u64, v: u64);
+  fn remove(&mut self, eh: u64);
+  /// Hints the CPU to fetch where `eh` is (kvplane's apply does it for an event's blocks).
+  fn prefetch(&self, _eh: u64) {}
+}
+
+impl EngineIds for LocMap {
+  fn get(&self, eh: u64) -> Option<u64> {
+    LocMap::get(self, eh)
+  }
+  fn add(&mut self, eh: u64, v: u64) {
+    if let Err(vacant) = self.get_or_vacant(eh) {
+      self.insert_vacant(vacant, eh, v);
+    }
+  }
+  fn remove(&mut self, eh: u64) {
+    LocMap::remove(self, eh);
+  }
+  fn prefetch(&self, eh: u64) {
+    LocMap::prefetch(self, eh);
+  }
+}
+
+impl EngineIds for HashMap<u64, u64, MixState> {
+  fn get(&self, eh: u64) -> Option<u64> {
+    HashMap::get(self, &eh).copied()
+  }
+  fn add(&mut self, eh: u64, v: u64) {
+    self.entry(eh).or_insert(v);
+  }
+  fn remove(&mut self, eh: u64) {
+    HashMap::remove(self, &eh);
+  }
+}
+
+/// The least an index keyed by engine ids does per block op, with no tree at all: a stored
+/// block's content key (xxh3 of its tokens chained onto its parent's key, as kvplane's apply
+/// computes it) added to the worker's map of engine ids, a removed block taken out of it. What
+/// is left of an index's apply past this is recording who holds which block.
+fn build_floor<M: EngineIds>(events: &[(WorkerKey, KvEvent)]) -> Vec<M> {
+  let mut maps: Vec<M> = (0..WORKERS).map(|_| M::default()).collect();
+  for (w, ev) in events {
+    let map = &mut maps[w.worker_id as usize];
+    match ev {
+      KvEvent::Stored(s) => {
+        for &eh in &s.block_hashes {
+          map.prefetch(eh);
+        }
+        let mut prev = s.parent_block_hash.and_then(|p| map.get(p));
+        for (eh, tokens) in s.block_hashes.iter().zip(s.token_ids.chunks(BS)) {
+          let c = content_hash_seeded(tokens, XXH3_SEED);
+          let key = prev.map_or(c, |p| seq_hash(p, c));
+          // The map's values keep their high half below u32::MAX.
+          map.add(*eh, key >> 1);
+          prev = Some(key >> 1);
+        }
+      }
+      KvEvent::Removed(r) => {
+        for &eh in &r.block_hashes {
+          map.prefetch(eh);
+        }
+        for &eh in &r.block_hashes {
+          map.remove(eh);
+        }
+      }
+      _ => {}
+    }
+  }
+  maps
+}
+
 fn build_radix(events: Vec<RouterEvent>) -> RadixTree {
   let mut t = RadixTree::new();
   for ev in events {
@@ -534,6 +612,27 @@ fn dynamo_scores(s: OverlapScores) -> Scores {
     .filter(|s| s.1 > 0)
     .map(|(w, n)| ((w.worker_id, w.dp_rank), n))
     .collect()
+}
+
+/// Bytes each index keeps (kvplane, RadixTree, CRTC): each built again under the counting
+/// allocator, then dropped.
+fn kept_bytes_each(wl: &Workload) -> [i64; 3] {
+  let (kv, kv_bytes) = kept_bytes(|| {
+    let evs = kvplane_events(&wl.ops);
+    build_kvplane(&evs)
+  });
+  drop(kv);
+  let (radix, radix_bytes) = kept_bytes(|| build_radix(dynamo_events(&wl.ops)));
+  drop(radix);
+  let (crtc, crtc_bytes) = kept_bytes(|| Crtc::build(dynamo_events(&wl.ops)));
+  drop(crtc);
+  [kv_bytes, radix_bytes, crtc_bytes]
+}
+
+/// kvplane's bytes and the least of Dynamo's two.
+fn kept_bytes_of(wl: &Workload) -> (i64, i64) {
+  let [kv, radix, crtc] = kept_bytes_each(wl);
+  (kv, radix.min(crtc))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -674,6 +773,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
   // the ones queried.
   let kv_events = kvplane_events(&wl.ops);
   let (mut kv_t, mut hash_t, mut radix_t, mut crtc_t) = (vec![], vec![], vec![], vec![]);
+  let (mut floor_t, mut floor_std_t) = (vec![], vec![]);
   let (mut kv, mut radix, mut crtc) = (None, None, None);
   for _ in 0..APPLY_ROUNDS {
     drop(kv.take());
@@ -697,25 +797,51 @@ fn run(wl: &Workload, c: &mut Criterion) {
     let t = Instant::now();
     crtc = Some(Crtc::build(events));
     crtc_t.push(t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    black_box(build_floor::<LocMap>(&kv_events));
+    floor_t.push(t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    black_box(build_floor::<HashMap<u64, u64, MixState>>(&kv_events));
+    floor_std_t.push(t.elapsed().as_secs_f64());
   }
+  let [kv_secs, hash_secs, radix_secs, crtc_secs, floor_secs, floor_std_secs] =
+    [kv_t, hash_t, radix_t, crtc_t, floor_t, floor_std_t].map(|mut v| {
+      v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+      v[v.len() / 2]
+    });
+  let best_apply = (block_ops as f64 / (radix_secs + hash_secs))
+    .max(block_ops as f64 / (crtc_secs + hash_secs))
+    / 1e6;
+  let memberships = kv.as_ref().unwrap().stats().memberships;
+  let floor_mops = [floor_secs, floor_std_secs].map(|t| block_ops as f64 / t / 1e6);
+  let floor_bytes = [
+    kept_bytes(|| build_floor::<LocMap>(&kv_events)).1,
+    kept_bytes(|| build_floor::<HashMap<u64, u64, MixState>>(&kv_events)).1,
+  ]
+  .map(|b| b as f64 / memberships as f64);
   drop(kv_events);
-  let [kv_secs, hash_secs, radix_secs, crtc_secs] = [kv_t, hash_t, radix_t, crtc_t].map(|mut v| {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-  });
+  println!(
+    "REPORT {name} floor (content keys + one engine-map op per block, no tree): kvplane's map {:.2} M block ops/s ({:.2}x best dynamo), {:.1} B/membership; std's HashMap {:.2} M ({:.2}x), {:.1} B/membership",
+    floor_mops[0],
+    floor_mops[0] / best_apply,
+    floor_bytes[0],
+    floor_mops[1],
+    floor_mops[1] / best_apply,
+    floor_bytes[1]
+  );
   if std::env::var_os("VS_DYNAMO_APPLY_ONLY").is_some() {
-    let best = (block_ops as f64 / (radix_secs + hash_secs))
-      .max(block_ops as f64 / (crtc_secs + hash_secs))
-      / 1e6;
+    let best = best_apply;
     let kv_mops = block_ops as f64 / kv_secs / 1e6;
+    drop((kv, radix, crtc));
+    let (kv_bytes, dynamo_bytes) = kept_bytes_of(wl);
     println!(
-      "REPORT {name} apply only: kvplane {kv_mops:.2} M block ops/s, best dynamo with hashing {best:.2}: {:.2}x",
-      kv_mops / best
+      "REPORT {name} apply only: kvplane {kv_mops:.2} M block ops/s, best dynamo with hashing {best:.2}: {:.2}x; memory {:.2}x",
+      kv_mops / best,
+      kv_bytes as f64 / dynamo_bytes as f64
     );
     return;
   }
   let (kv, radix, crtc) = (kv.unwrap(), radix.unwrap(), crtc.unwrap());
-  let memberships = kv.stats().memberships;
 
   // The same per-worker counts on every query, and how many depths they span.
   let mut depths = std::collections::HashSet::new();
@@ -854,16 +980,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
 
   drop((shared, crtc));
 
-  // Memory: each index built again under the counting allocator, then dropped.
-  let (kv2, kv_bytes) = kept_bytes(|| {
-    let evs = kvplane_events(&wl.ops);
-    build_kvplane(&evs)
-  });
-  drop(kv2);
-  let (radix2, radix_bytes) = kept_bytes(|| build_radix(dynamo_events(&wl.ops)));
-  drop(radix2);
-  let (crtc2, crtc_bytes) = kept_bytes(|| Crtc::build(dynamo_events(&wl.ops)));
-  drop(crtc2);
+  let [kv_bytes, radix_bytes, crtc_bytes] = kept_bytes_each(wl);
 
   let per = |b: i64| b as f64 / memberships as f64;
   let kv_f = Figures {
@@ -893,9 +1010,6 @@ fn run(wl: &Workload, c: &mut Criterion) {
   report(name, "kvplane", &kv_f, " (hashing inside)");
   report(name, "dynamo RadixTree", &radix_f, &with_hash(radix_secs));
   report(name, "dynamo CRTC", &crtc_f, &with_hash(crtc_secs));
-  let best_apply = (block_ops as f64 / (radix_secs + hash_secs))
-    .max(block_ops as f64 / (crtc_secs + hash_secs))
-    / 1e6;
   println!(
     "REPORT {name} ratios: find_matches p99 kvplane/best dynamo {:.2}x (target <= 1); apply kvplane/best dynamo with hashing {:.2}x (target >= 1.5); memory kvplane/best dynamo {:.2}x (target <= 0.5)",
     kv_f.p99 / radix_f.p99.min(crtc_f.p99),
@@ -914,6 +1028,22 @@ fn profile(what: &str) {
   let keys = query_keys(&wl);
   let evs = kvplane_events(&wl.ops);
   let block_ops: usize = wl.ops.iter().map(Op::blocks).sum();
+  if what == "floor" || what == "floor_std" {
+    let (t, mut builds) = (Instant::now(), 0);
+    while t.elapsed() < Duration::from_secs(6) {
+      if what == "floor" {
+        black_box(build_floor::<LocMap>(&evs));
+      } else {
+        black_box(build_floor::<HashMap<u64, u64, MixState>>(&evs));
+      }
+      builds += 1;
+    }
+    eprintln!(
+      "{what}: {:.2} M block ops/s",
+      (builds * block_ops) as f64 / t.elapsed().as_secs_f64() / 1e6
+    );
+    return;
+  }
   let (t, mut builds) = (Instant::now(), 1);
   let mut kv = build_kvplane(&evs);
   while what == "apply" && t.elapsed() < Duration::from_secs(6) {
