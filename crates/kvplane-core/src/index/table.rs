@@ -215,16 +215,20 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   fn insert_vacant(&mut self, v: Vacant, e: E) {
     #[cfg(debug_assertions)]
     debug_assert_eq!(v.shape, (self.len, self.buckets.len()), "a stale Vacant");
-    if (self.len + 1) * 100 > self.buckets.len() * N * MAX_LOAD_PCT {
+    self.insert_at(v.a as usize, v.b as usize, e);
+  }
+
+  /// Adds an absent entry whose bucket pair is `(a, b)` (placed again if the table grows).
+  #[inline]
+  fn insert_at(&mut self, a: usize, b: usize, e: E) {
+    let placed = if (self.len + 1) * 100 > self.buckets.len() * N * MAX_LOAD_PCT {
       self.grow();
-      if !self.place(e) {
-        self.stash.push(e);
-      }
+      self.place(e)
     } else {
-      let (a, b) = (v.a as usize, v.b as usize);
-      if !(self.push_pair(a, b, e) || self.place_moving(a, b, e)) {
-        self.stash.push(e);
-      }
+      self.push_pair(a, b, e) || self.place_moving(a, b, e)
+    };
+    if !placed {
+      self.stash.push(e);
     }
     self.len += 1;
   }
@@ -241,13 +245,8 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   /// Adds an entry known to be absent.
   #[inline]
   fn insert_new(&mut self, e: E) {
-    if (self.len + 1) * 100 > self.buckets.len() * N * MAX_LOAD_PCT {
-      self.grow();
-    }
-    if !self.place(e) {
-      self.stash.push(e);
-    }
-    self.len += 1;
+    let (a, b) = self.pair(e.hash());
+    self.insert_at(a, b, e);
   }
 
   /// Counts `e`, now held in bucket `bi`, as overflowed from its first bucket if `bi` is its
