@@ -171,8 +171,6 @@ pub struct Index {
   slots: HashMap<WorkerKey, u32, MixState>,
   /// The slot `slot()` found last.
   last_slot: Option<(WorkerKey, u32)>,
-  /// The slot whose engine map a store or removal used last (`cold`).
-  last_engine: u32,
   memberships: u64,
   /// Root edges stored after a parent held in another tier (`store_chained`), ever.
   tier_roots: u64,
@@ -248,7 +246,6 @@ impl Index {
       workers: Vec::new(),
       slots: HashMap::default(),
       last_slot: None,
-      last_engine: u32::MAX,
       memberships: 0,
       tier_roots: 0,
       drops: [0; 4],
@@ -262,15 +259,6 @@ impl Index {
 
   fn drop_event(&mut self, reason: DropReason, n: u64) {
     self.drops[reason as usize] += n;
-  }
-
-  /// Whether the worker's engine map is likely out of the CPU's caches: another worker's
-  /// blocks were stored or removed last. Its buckets are then prefetched for a whole run of
-  /// blocks before the run; while one worker's events come in a row its map stays cached, and the
-  /// prefetches only cost (a fleet's events interleave; an engine's replay or a dump does not).
-  #[inline]
-  fn cold(&mut self, slot: u32) -> bool {
-    std::mem::replace(&mut self.last_engine, slot) != slot
   }
 
   fn slot(&mut self, w: WorkerKey) -> u32 {
@@ -522,10 +510,8 @@ impl Index {
   ) {
     let bs = s.block_size as usize;
     let (mut cur, prev_key) = (r.cur, r.prev_key);
-    if self.cold(slot) {
-      for &eh in &s.block_hashes[range.clone()] {
-        self.workers[slot as usize].engine.prefetch(eh);
-      }
+    for &eh in &s.block_hashes[range.clone()] {
+      self.workers[slot as usize].engine.prefetch(eh);
     }
     // Blocks that exist and that the worker joins, as one range of an edge at a time.
     let mut pending: Option<(u32, u32, u32)> = None;
@@ -712,11 +698,9 @@ impl Index {
   }
 
   fn remove(&mut self, slot: u32, block_hashes: &[u64]) {
-    if self.cold(slot) {
-      let engine = &self.workers[slot as usize].engine;
-      for &eh in block_hashes {
-        engine.prefetch(eh);
-      }
+    let engine = &self.workers[slot as usize].engine;
+    for &eh in block_hashes {
+      engine.prefetch(eh);
     }
     for &eh in block_hashes {
       if !self.remove_one(slot, eh) {
