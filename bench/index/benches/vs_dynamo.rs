@@ -830,13 +830,12 @@ fn run(wl: &Workload, c: &mut Criterion) {
     floor_bytes[1]
   );
   if std::env::var_os("VS_DYNAMO_APPLY_ONLY").is_some() {
-    let best = best_apply;
     let kv_mops = block_ops as f64 / kv_secs / 1e6;
     drop((kv, radix, crtc));
     let (kv_bytes, dynamo_bytes) = kept_bytes_of(wl);
     println!(
-      "REPORT {name} apply only: kvplane {kv_mops:.2} M block ops/s, best dynamo with hashing {best:.2}: {:.2}x; memory {:.2}x",
-      kv_mops / best,
+      "REPORT {name} apply only: kvplane {kv_mops:.2} M block ops/s, best dynamo with hashing {best_apply:.2}: {:.2}x; memory {:.2}x",
+      kv_mops / best_apply,
       kv_bytes as f64 / dynamo_bytes as f64
     );
     return;
@@ -1018,8 +1017,9 @@ fn run(wl: &Workload, c: &mut Criterion) {
   );
 }
 
-/// `VS_DYNAMO_PROFILE=find|apply|churn[_today]`: only kvplane's side of one measure on the `depths`
-/// workload (`today` with the suffix), in a loop for a profiler, with its rate.
+/// `VS_DYNAMO_PROFILE=find|apply|churn|floor|floor_std[_today]`: only kvplane's side of one measure
+/// (or the floor, with kvplane's map or std's) on the `depths` workload (`today` with the
+/// suffix), in a loop for a profiler, with its rate.
 fn profile(what: &str) {
   let (what, wl) = match what.strip_suffix("_today") {
     Some(w) => (w, today()),
