@@ -629,12 +629,6 @@ fn kept_bytes_each(wl: &Workload) -> [i64; 3] {
   [kv_bytes, radix_bytes, crtc_bytes]
 }
 
-/// kvplane's bytes and the least of Dynamo's two.
-fn kept_bytes_of(wl: &Workload) -> (i64, i64) {
-  let [kv, radix, crtc] = kept_bytes_each(wl);
-  (kv, radix.min(crtc))
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
   sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -832,11 +826,11 @@ fn run(wl: &Workload, c: &mut Criterion) {
   if std::env::var_os("VS_DYNAMO_APPLY_ONLY").is_some() {
     let kv_mops = block_ops as f64 / kv_secs / 1e6;
     drop((kv, radix, crtc));
-    let (kv_bytes, dynamo_bytes) = kept_bytes_of(wl);
+    let [kv_bytes, radix_bytes, crtc_bytes] = kept_bytes_each(wl);
     println!(
       "REPORT {name} apply only: kvplane {kv_mops:.2} M block ops/s, best dynamo with hashing {best_apply:.2}: {:.2}x; memory {:.2}x",
       kv_mops / best_apply,
-      kv_bytes as f64 / dynamo_bytes as f64
+      kv_bytes as f64 / radix_bytes.min(crtc_bytes) as f64
     );
     return;
   }

@@ -203,9 +203,6 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       #[cfg(debug_assertions)]
       shape: (self.len, self.buckets.len()),
     };
-    if self.len == 0 {
-      return Err(vacant);
-    }
     self.find(h, hit).ok_or(vacant)
   }
 
