@@ -19,6 +19,10 @@
 //! applies 1M block ops/s of churn (brought to its steady state first, on both sides), and a check
 //! that every index returns the same per-worker counts on every query.
 //!
+//! Also, kvplane's alone: how long its writer holds the lock for each piece of an event while the
+//! index is built from empty (a reader waits at most that long), on each workload and on one
+//! worker storing a million blocks, whose table of engine ids grows past 16 MB.
+//!
 //! Hashing is counted the same way on both sides: one xxh3 per stored block. kvplane hashes a
 //! stored block's tokens inside its apply; Dynamo's events carry the hash of the tokens
 //! (`tokens_hash`) computed before, so its figure with hashing adds Dynamo's own
@@ -37,8 +41,8 @@ use kvplane_core::hash::{
   content_hash_seeded, hash_blocks, seq_hash, Algo, HashOptions, XXH3_SEED,
 };
 use kvplane_core::index::table::{LocMap, MixState};
-use kvplane_core::index::{Index, IndexConfig, MatchOptions, WorkerKey};
-use kvplane_core::shared::Shared;
+use kvplane_core::index::{Index, IndexConfig, MatchOptions, Piecewise, WorkerKey};
+use kvplane_core::shared::{Shared, PIECE_BLOCKS};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
@@ -54,6 +58,8 @@ const APPLY_ROUNDS: usize = 5;
 /// queries, about half a second. Ten passes (about 10 ms) gave the writer a window of some 600
 /// events, and it read 0.84-0.94 M block ops/s of the 1 M asked, from starting and stopping.
 const CONCURRENT_REPS: usize = 500;
+/// Blocks of the one worker whose table growth the write-hold measure times.
+const BIG_WORKER_BLOCKS: usize = 1 << 20;
 
 // ---- one counting allocator for every index --------------------------------------------------
 
@@ -688,6 +694,54 @@ impl Churn {
   }
 }
 
+/// Each write-lock hold of building the index from empty the way `Shared::apply` applies events
+/// (`PIECE_BLOCKS` blocks a piece), timed alone, in µs and sorted: how long a reader can wait
+/// behind the writer while the index grows (its tables grow inside the piece that fills them).
+fn piece_holds(events: &[(WorkerKey, KvEvent)]) -> Vec<f64> {
+  let mut ix = Index::new(IndexConfig {
+    retain_tokens: false,
+    ..IndexConfig::default()
+  });
+  let mut holds = Vec::with_capacity(events.len() * 4);
+  for (w, ev) in events {
+    let mut p = Piecewise::new(*w, ev, PIECE_BLOCKS);
+    loop {
+      let t = Instant::now();
+      let more = ix.apply_piece(&mut p).unwrap();
+      holds.push(t.elapsed().as_secs_f64() * 1e6);
+      if !more {
+        break;
+      }
+    }
+  }
+  black_box(&ix);
+  holds.sort_by(|a, b| a.partial_cmp(b).unwrap());
+  holds
+}
+
+/// One worker storing `blocks` blocks (conversations of 256 blocks, 16 blocks an event), as an
+/// engine with a large KV cache does: its table of engine ids grows to that size.
+fn one_big_worker(blocks: usize) -> Vec<(WorkerKey, KvEvent)> {
+  let mut rng = Rng(0xb16_b10c5);
+  let mut ops = Vec::new();
+  for _ in 0..blocks / 256 {
+    store_run(&mut ops, 0, None, &Chain::new(&mut rng, 256), 0, 256, 16);
+  }
+  kvplane_events(&ops)
+}
+
+/// "p99.99 X us, max Y us (Z holds over 100 us)" of sorted holds.
+fn holds_summary(h: &[f64]) -> String {
+  let over = h.len() - h.partition_point(|&x| x <= 100.0);
+  format!(
+    "{} holds, p99 {:.2} us, p99.99 {:.1} us, max {:.0} us ({over} over 100 us)",
+    h.len(),
+    percentile(h, 0.99),
+    percentile(h, 0.9999),
+    h[h.len() - 1]
+  )
+}
+
 fn splitmix(k: u64) -> u64 {
   let mut z = k.wrapping_add(0x9E37_79B9_7F4A_7C15);
   z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -813,6 +867,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
     kept_bytes(|| build_floor::<HashMap<u64, u64, MixState>>(&kv_events)).1,
   ]
   .map(|b| b as f64 / memberships as f64);
+  let holds = holds_summary(&piece_holds(&kv_events));
   drop(kv_events);
   println!(
     "REPORT {name} floor (content keys + one engine-map op per block, no tree): kvplane's map {:.2} M block ops/s ({:.2}x best dynamo), {:.1} B/membership; std's HashMap {:.2} M ({:.2}x), {:.1} B/membership",
@@ -823,6 +878,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
     floor_mops[1] / best_apply,
     floor_bytes[1]
   );
+  println!("REPORT {name} kvplane write holds while building from empty: {holds}");
   if std::env::var_os("VS_DYNAMO_APPLY_ONLY").is_some() {
     let kv_mops = block_ops as f64 / kv_secs / 1e6;
     drop((kv, radix, crtc));
@@ -1011,7 +1067,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
   );
 }
 
-/// `VS_DYNAMO_PROFILE=find|apply|churn|floor|floor_std[_today]`: only kvplane's side of one measure
+/// `VS_DYNAMO_PROFILE=find|apply|churn|holds|floor|floor_std[_today]`: only kvplane's side of one measure
 /// (or the floor, with kvplane's map or std's) on the `depths` workload (`today` with the
 /// suffix), in a loop for a profiler, with its rate.
 fn profile(what: &str) {
@@ -1036,6 +1092,16 @@ fn profile(what: &str) {
       "{what}: {:.2} M block ops/s",
       (builds * block_ops) as f64 / t.elapsed().as_secs_f64() / 1e6
     );
+    return;
+  }
+  if what == "holds" {
+    for _ in 0..3 {
+      eprintln!("holds: {}", holds_summary(&piece_holds(&evs)));
+    }
+    let big = one_big_worker(BIG_WORKER_BLOCKS);
+    for _ in 0..3 {
+      eprintln!("holds, one big worker: {}", holds_summary(&piece_holds(&big)));
+    }
     return;
   }
   let (t, mut builds) = (Instant::now(), 1);
@@ -1131,5 +1197,10 @@ fn main() {
     );
     run(&wl, &mut c);
   }
+  let big = one_big_worker(BIG_WORKER_BLOCKS);
+  println!(
+    "REPORT one worker storing {BIG_WORKER_BLOCKS} blocks, write holds: {}",
+    holds_summary(&piece_holds(&big))
+  );
   c.final_summary();
 }

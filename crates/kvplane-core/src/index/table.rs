@@ -5,6 +5,14 @@
 //! full (growing by a quarter kept it fuller, but re-placed each entry about four times over the
 //! table's growth, against twice: a fifth of an index's apply).
 //!
+//! A big table grows a little at a time: growing allocates the bigger buckets (not written: a
+//! bucket is written whole the first time an entry goes in it) and each insert after it moves
+//! `MOVE_BUCKETS` of the old buckets into them. So no insert re-places or clears a whole big
+//! table, and a writer holding the index's lock for one piece of an event never holds it for
+//! that, however big the table (`shared.rs`). Lookups, removals and `iter` see the old buckets
+//! not moved yet; the moving is done long before the new buckets fill. A small table (below
+//! `STEPWISE_FROM` buckets) grows at once, which takes microseconds.
+//!
 //! Beside the buckets, a table keeps one byte per bucket, small enough to stay in the CPU's L2
 //! cache: how many entries the bucket holds, and how many entries whose first bucket it is live
 //! in their second one. So a lookup reads one cache line unless its first bucket has overflowed
@@ -15,6 +23,8 @@
 //! `LocMap` holds u64 keys with u64 values (8 per 128-byte bucket, two cache lines). `TagMap`
 //! holds only a 32-bit hash tag and a u32 value (8 per 64-byte bucket): the caller keeps the key
 //! with the value (the index keeps it in the edge) and confirms a tag match with `eq`.
+
+use std::mem::MaybeUninit;
 
 /// Marks an empty slot (`Entry::val` is an edge id, never `u32::MAX`).
 const EMPTY: u32 = u32::MAX;
@@ -71,9 +81,21 @@ fn rehash(mut x: u32) -> u32 {
   x ^ (x >> 16)
 }
 
-/// A table entry. Slots past a bucket's fill are never read, so they may hold anything: a new
-/// table's buckets are zeroed memory (all-zero bytes are a valid entry of both kinds).
+/// The first and second bucket of hash `h` among `nb` buckets.
+#[inline(always)]
+fn pair_in(h: u32, nb: usize) -> (usize, usize) {
+  let nb = nb as u64;
+  (
+    ((h as u64 * nb) >> 32) as usize,
+    ((rehash(h) as u64 * nb) >> 32) as usize,
+  )
+}
+
+/// A table entry (integers only).
 trait Entry: Copy {
+  /// Whether lookups read a whole bucket (SIMD), not only its entries: such buckets are zeroed
+  /// before their first entry goes in.
+  const WHOLE: bool;
   fn val(&self) -> u32;
   fn hash(&self) -> u32;
 }
@@ -91,6 +113,19 @@ const MAX_KICKS: usize = 256;
 /// The bucket index of stash positions.
 const STASH: usize = usize::MAX;
 
+/// Marks a bucket index as one of the old buckets of a growth under way.
+const OLD: usize = 1 << (usize::BITS - 2);
+
+/// Old buckets each insert moves while a growth is under way: at most 32 entries. Growth
+/// starts at 94% of the old buckets' room and the next one is half that room again later, so
+/// the moving is done within 7% of those inserts.
+const MOVE_BUCKETS: usize = 4;
+
+/// Tables with fewer buckets (32,768 entries) grow at once: re-placing them takes a few hundred
+/// microseconds at most, and costs apply less than growing them step by step (a growth under
+/// way costs lookups a second probe, and its new buckets are written before they are read).
+const STEPWISE_FROM: usize = 4096;
+
 /// Low half of a bucket's meta byte: entries held (at most 8).
 const FILL: u8 = 0x0f;
 /// High half: entries whose first bucket this is, held in their second. Stays at 15 once there
@@ -100,12 +135,19 @@ const OVER_MAX: u8 = 0xf0;
 
 /// The cuckoo core shared by both maps.
 struct Raw<E, const N: usize> {
-  buckets: Vec<Bucket<E, N>>,
+  /// Not initialized when allocated: a bucket's first `fill` slots hold its entries, and the
+  /// rest are never read (for `Entry::WHOLE`, a bucket is zeroed when its first entry goes in).
+  buckets: Vec<MaybeUninit<Bucket<E, N>>>,
   /// One byte per bucket: `FILL` and overflow halves.
   meta: Vec<u8>,
   len: usize,
   /// Entries no bucket pair could take (many entries sharing one 32-bit hash); normally empty.
   stash: Vec<E>,
+  /// The buckets before the growth under way (empty when none is), with their meta bytes: those
+  /// from `moved` on still hold their entries.
+  old: Vec<MaybeUninit<Bucket<E, N>>>,
+  old_meta: Vec<u8>,
+  moved: usize,
   /// Picks which entry a random walk moves.
   kick: u32,
   /// The moves of the last random walk (kept to reuse the allocation).
@@ -119,6 +161,9 @@ impl<E, const N: usize> Default for Raw<E, N> {
       meta: Vec::new(),
       len: 0,
       stash: Vec::new(),
+      old: Vec::new(),
+      old_meta: Vec::new(),
+      moved: 0,
       kick: 0x2545_f491,
       moves: Vec::new(),
     }
@@ -129,11 +174,57 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   /// The first and second bucket of hash `h`.
   #[inline(always)]
   fn pair(&self, h: u32) -> (usize, usize) {
-    let nb = self.buckets.len() as u64;
-    (
-      ((h as u64 * nb) >> 32) as usize,
-      ((rehash(h) as u64 * nb) >> 32) as usize,
-    )
+    pair_in(h, self.buckets.len())
+  }
+
+  /// The old buckets not moved yet that a lookup of `h` reads (`OLD`-marked), while a growth is
+  /// under way. The old meta bytes' overflow halves are not counted down as entries move, so
+  /// they may send a lookup to a second bucket for nothing, never away from one it needs.
+  #[inline(always)]
+  fn old_probe(&self, h: u32) -> [Option<usize>; 2] {
+    if self.moved >= self.old.len() {
+      return [None, None];
+    }
+    let (a, b) = pair_in(h, self.old.len());
+    let live = |bi: usize| (bi >= self.moved).then_some(bi | OLD);
+    let second = (b != a && self.old_meta[a] >= OVER_STEP)
+      .then(|| live(b))
+      .flatten();
+    [live(a), second]
+  }
+
+  /// The entries held in bucket `bi` of the current buckets.
+  #[inline(always)]
+  fn held_new(&self, bi: usize) -> &[E] {
+    // SAFETY: a bucket's first `fill` slots hold its entries (`buckets`).
+    unsafe { std::slice::from_raw_parts(self.buckets[bi].as_ptr().cast::<E>(), self.fill(bi)) }
+  }
+
+  /// The entries held in (possibly `OLD`-marked) bucket `bi`.
+  #[inline(always)]
+  fn held(&self, bi: usize) -> &[E] {
+    let (bucket, fill) = if bi & OLD != 0 {
+      let o = bi ^ OLD;
+      (&self.old[o], (self.old_meta[o] & FILL) as usize)
+    } else {
+      (&self.buckets[bi], self.fill(bi))
+    };
+    // SAFETY: a bucket's first `fill` slots hold its entries (`buckets`).
+    unsafe { std::slice::from_raw_parts(bucket.as_ptr().cast::<E>(), fill) }
+  }
+
+  /// Puts `e` at slot `i` of bucket `bi`: its fill (an entry going in) or below (replacing one).
+  #[inline(always)]
+  fn put(&mut self, bi: usize, i: usize, e: E) {
+    debug_assert!(i < N && i <= self.fill(bi));
+    let p = self.buckets[bi].as_mut_ptr();
+    // SAFETY: `p` is a bucket of this table and `i < N`; writing initializes what it writes.
+    unsafe {
+      if E::WHOLE && i == 0 && self.fill(bi) == 0 {
+        p.write_bytes(0, 1);
+      }
+      p.cast::<E>().add(i).write(e);
+    }
   }
 
   #[inline(always)]
@@ -170,6 +261,13 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       if let Some(b) = b {
         line(b);
       }
+      if let [Some(o), _] = self.old_probe(h) {
+        let p: *const u8 = self.old.as_ptr().wrapping_add(o ^ OLD).cast();
+        prefetch_read(p);
+        if std::mem::size_of::<Bucket<E, N>>() > 64 {
+          prefetch_read(p.wrapping_add(64));
+        }
+      }
     }
   }
 
@@ -181,8 +279,12 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     }
     let (a, b) = self.probe(h);
     for bi in std::iter::once(a).chain(b) {
-      let held = &self.buckets[bi].0[..self.fill(bi)];
-      if let Some(i) = held.iter().position(&mut hit) {
+      if let Some(i) = self.held_new(bi).iter().position(&mut hit) {
+        return Some((bi, i));
+      }
+    }
+    for bi in self.old_probe(h).into_iter().flatten() {
+      if let Some(i) = self.held(bi).iter().position(&mut hit) {
         return Some((bi, i));
       }
     }
@@ -218,6 +320,9 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   /// Adds an absent entry whose bucket pair is `(a, b)` (placed again if the table grows).
   #[inline]
   fn insert_at(&mut self, a: usize, b: usize, e: E) {
+    if self.moved < self.old.len() {
+      self.move_old(MOVE_BUCKETS);
+    }
     let placed = if (self.len + 1) * 100 > self.buckets.len() * N * MAX_LOAD_PCT {
       self.grow();
       self.place(e)
@@ -235,7 +340,7 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     if b == STASH {
       &self.stash[i]
     } else {
-      &self.buckets[b].0[i]
+      &self.held(b)[i]
     }
   }
 
@@ -268,7 +373,7 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   fn push(&mut self, bi: usize, e: E) {
     debug_assert_ne!(e.val(), EMPTY);
     let i = self.fill(bi);
-    self.buckets[bi].0[i] = e;
+    self.put(bi, i, e);
     self.meta[bi] += 1;
     self.count_over(&e, bi, true);
   }
@@ -276,7 +381,8 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   /// Puts `e` at slot `i` of bucket `bi` and returns the entry it replaces.
   #[inline(always)]
   fn swap(&mut self, bi: usize, i: usize, e: E) -> E {
-    let old = std::mem::replace(&mut self.buckets[bi].0[i], e);
+    let old = self.held_new(bi)[i];
+    self.put(bi, i, e);
     self.count_over(&old, bi, false);
     self.count_over(&e, bi, true);
     old
@@ -300,13 +406,13 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     debug_assert_ne!(e.val(), EMPTY);
     let fa = self.fill(a);
     if fa < N {
-      self.buckets[a].0[fa] = e;
+      self.put(a, fa, e);
       self.meta[a] += 1;
       return true;
     }
     let fb = self.fill(b);
     if fb < N {
-      self.buckets[b].0[fb] = e;
+      self.put(b, fb, e);
       self.meta[b] += 1;
       if self.meta[a] < OVER_MAX {
         self.meta[a] += OVER_STEP;
@@ -331,7 +437,7 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     // which, without reading those buckets; bucket `a` is in cache from the lookup).
     for bi in [a, b] {
       for i in 0..N {
-        let x = self.buckets[bi].0[i];
+        let x = self.held_new(bi)[i];
         let to = self.other(&x, bi);
         if to != bi && self.fill(to) < N {
           self.swap(bi, i, e);
@@ -367,29 +473,66 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     false
   }
 
+  /// Starts a growth: the bigger buckets, empty, in place, and the current ones kept as the old
+  /// buckets that later inserts move (`move_old`). The stash is placed again now.
   #[cold]
   fn grow(&mut self) {
+    if self.moved < self.old.len() {
+      // Not reached while growth needs half the room again in inserts (see `MOVE_BUCKETS`).
+      self.move_old(usize::MAX);
+    }
     let nb = (self.buckets.len() + self.buckets.len() / 2).max(self.buckets.len() + 1);
-    // SAFETY: entries are integers (`Entry`), valid as zeros.
-    let buckets = unsafe { zeroed::<Bucket<E, N>>(nb) };
-    advise_huge_pages(
-      buckets.as_ptr() as *const u8,
-      nb * std::mem::size_of::<Bucket<E, N>>(),
-    );
-    let old = std::mem::replace(&mut self.buckets, buckets);
-    let old_meta = std::mem::replace(&mut self.meta, vec![0; nb]);
-    let stash = std::mem::take(&mut self.stash);
-    for (bucket, m) in old.iter().zip(&old_meta) {
-      for &e in &bucket.0[..(m & FILL) as usize] {
+    let at_once = self.buckets.len() < STEPWISE_FROM;
+    let mut buckets: Vec<MaybeUninit<Bucket<E, N>>> = Vec::with_capacity(nb);
+    // SAFETY: `MaybeUninit` needs no initializing; the capacity is `nb`.
+    unsafe {
+      if at_once {
+        // Zeroing a small table brings it into the cache before its entries are placed, which
+        // makes that about a tenth faster than placing them into memory not yet read.
+        buckets.as_mut_ptr().write_bytes(0, nb);
+      }
+      buckets.set_len(nb);
+    }
+    self.old = std::mem::replace(&mut self.buckets, buckets);
+    self.old_meta = std::mem::replace(&mut self.meta, vec![0; nb]);
+    self.moved = 0;
+    for e in std::mem::take(&mut self.stash) {
+      if !self.place(e) {
+        self.stash.push(e);
+      }
+    }
+    if at_once {
+      self.move_old(usize::MAX);
+    }
+  }
+
+  /// Moves up to `n` old buckets into the current ones; frees the old ones after the last.
+  #[cold]
+  fn move_old(&mut self, n: usize) {
+    let end = self.old.len().min(self.moved.saturating_add(n));
+    while self.moved < end {
+      let bi = self.moved;
+      let fill = (self.old_meta[bi] & FILL) as usize;
+      for i in 0..fill {
+        let e = self.held(bi | OLD)[i];
         if !self.place(e) {
           self.stash.push(e);
         }
       }
+      self.moved += 1;
     }
-    for e in stash {
-      if !self.place(e) {
-        self.stash.push(e);
-      }
+    if self.moved == self.old.len() {
+      self.old = Vec::new();
+      self.old_meta = Vec::new();
+      self.moved = 0;
+      // Now that the moving has touched the new buckets' pages: asked at allocation, each first
+      // touch of a 2 MB page would be a huge page's fault under the writer's lock (up to
+      // milliseconds with the kernel compacting memory); asked now, the kernel merges the pages
+      // in the background.
+      advise_huge_pages(
+        self.buckets.as_ptr() as *const u8,
+        self.buckets.len() * std::mem::size_of::<Bucket<E, N>>(),
+      );
     }
   }
 
@@ -401,36 +544,51 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       self.stash.swap_remove(i);
       return;
     }
+    if bi & OLD != 0 {
+      // Its first bucket's overflow half is left as it is (see `old_probe`).
+      let o = bi ^ OLD;
+      let last = (self.old_meta[o] & FILL) as usize - 1;
+      let moved = self.held(bi)[last];
+      // SAFETY: slot `i` of that old bucket holds an entry (`i < last + 1`).
+      unsafe { self.old[o].as_mut_ptr().cast::<E>().add(i).write(moved) };
+      self.old_meta[o] -= 1;
+      return;
+    }
     let last = self.fill(bi) - 1;
-    let bucket = &mut self.buckets[bi].0;
-    let e = bucket[i];
-    bucket[i] = bucket[last];
+    let held = self.held_new(bi);
+    let (e, moved) = (held[i], held[last]);
+    self.put(bi, i, moved);
     self.meta[bi] -= 1;
     self.count_over(&e, bi, false);
   }
 
   fn iter(&self) -> impl Iterator<Item = &E> + '_ {
-    self
-      .buckets
-      .iter()
-      .zip(&self.meta)
-      .flat_map(|(b, m)| b.0[..(m & FILL) as usize].iter())
+    let old_from = self.moved.min(self.old.len());
+    (0..self.buckets.len())
+      .chain((old_from..self.old.len()).map(|bi| bi | OLD))
+      .flat_map(|bi| self.held(bi).iter())
       .chain(&self.stash)
   }
 
   fn bytes(&self) -> usize {
-    self.buckets.capacity() * std::mem::size_of::<Bucket<E, N>>()
+    (self.buckets.capacity() + self.old.capacity()) * std::mem::size_of::<Bucket<E, N>>()
       + self.meta.capacity()
+      + self.old_meta.capacity()
       + self.stash.capacity() * std::mem::size_of::<E>()
+  }
+
+  /// Whether a growth is under way (tests).
+  #[cfg(test)]
+  fn growing(&self) -> bool {
+    self.moved < self.old.len()
   }
 
   /// Checks the meta bytes against the buckets (tests).
   #[cfg(test)]
   fn check(&self) {
     let mut over = vec![0usize; self.buckets.len()];
-    for (bi, bucket) in self.buckets.iter().enumerate() {
-      let fill = self.fill(bi);
-      for e in &bucket.0[..fill] {
+    for bi in 0..self.buckets.len() {
+      for e in self.held(bi) {
         assert_ne!(e.val(), EMPTY, "bucket {bi}");
         let (x, y) = self.pair(e.hash());
         assert!(bi == x || bi == y);
@@ -444,6 +602,22 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       // Exact below 15; at 15 it stays (sticky), whatever the count is.
       assert!(m == n || m == 15, "overflow of bucket {bi}: {m} vs {n}");
     }
+    let mut held = self.stash.len();
+    for bi in 0..self.buckets.len() {
+      held += self.fill(bi);
+    }
+    for bi in self.moved.min(self.old.len())..self.old.len() {
+      held += (self.old_meta[bi] & FILL) as usize;
+      for e in self.held(bi | OLD) {
+        let (x, y) = pair_in(e.hash(), self.old.len());
+        assert!(bi == x || bi == y, "old bucket {bi}");
+        // The old overflow half may be over, never under (`old_probe`).
+        if bi != x {
+          assert!(self.old_meta[x] >= OVER_STEP, "old overflow of bucket {x}");
+        }
+      }
+    }
+    assert_eq!(held, self.len);
   }
 }
 
@@ -466,6 +640,7 @@ struct LocSlot {
 }
 
 impl Entry for LocSlot {
+  const WHOLE: bool = false;
   #[inline(always)]
   fn val(&self) -> u32 {
     (self.loc >> 32) as u32
@@ -557,6 +732,7 @@ struct TagSlot {
 }
 
 impl Entry for TagSlot {
+  const WHOLE: bool = true;
   #[inline(always)]
   fn val(&self) -> u32 {
     self.val
@@ -611,14 +787,24 @@ impl TagMap {
       }
       let (a, b) = self.raw.probe(h);
       for bi in std::iter::once(a).chain(b) {
-        let bucket = &self.raw.buckets[bi].0;
-        let mut hits = tag_hits(bucket, h, self.raw.fill(bi));
+        let fill = self.raw.fill(bi);
+        if fill == 0 {
+          continue;
+        }
+        // SAFETY: a `TagSlot` bucket holding entries was zeroed before its first (`Raw::put`).
+        let bucket = unsafe { &self.raw.buckets[bi].assume_init_ref().0 };
+        let mut hits = tag_hits(bucket, h, fill);
         while hits != 0 {
           let i = hits.trailing_zeros() as usize;
           if eq(bucket[i].val) {
             return Some(bucket[i].val);
           }
           hits &= hits - 1;
+        }
+      }
+      for bi in self.raw.old_probe(h).into_iter().flatten() {
+        if let Some(s) = self.raw.held(bi).iter().find(|s| s.tag == h && eq(s.val)) {
+          return Some(s.val);
         }
       }
       self
@@ -678,30 +864,8 @@ impl TagMap {
   }
 }
 
-/// `n` values of `T` in zeroed memory (fresh pages from the system are zero already, so a big
-/// table is not written twice). std's `Box::new_zeroed_slice` does this from Rust 1.92; the
-/// crate supports 1.88.
-///
-/// # Safety
-/// All-zero bytes must be a valid `T` (the tables' buckets: integers only).
-unsafe fn zeroed<T>(n: usize) -> Vec<T> {
-  let layout = std::alloc::Layout::array::<T>(n).expect("table size");
-  if layout.size() == 0 {
-    return Vec::new();
-  }
-  // SAFETY: the layout has a non-zero size; the memory is `n` zeroed `T`s (valid as zeros, by
-  // the caller), allocated by the global allocator with `T`'s layout, as `Vec` frees it.
-  unsafe {
-    let p = std::alloc::alloc_zeroed(layout) as *mut T;
-    if p.is_null() {
-      std::alloc::handle_alloc_error(layout);
-    }
-    Vec::from_raw_parts(p, n, n)
-  }
-}
-
-/// Asks Linux to back a large, not yet touched allocation with transparent huge pages: probes of
-/// multi-megabyte tables otherwise pay a TLB miss on top of the cache miss.
+/// Asks Linux to back a large allocation with transparent huge pages: probes of multi-megabyte
+/// tables otherwise pay a TLB miss on top of the cache miss.
 fn advise_huge_pages(p: *const u8, len: usize) {
   #[cfg(target_os = "linux")]
   {
@@ -833,6 +997,68 @@ mod tests {
     }
     assert!(m.is_empty());
     assert_eq!(m.iter().count(), 0);
+  }
+
+  #[test]
+  fn a_growing_table_moves_a_few_buckets_an_insert_and_finds_removes_and_lists_the_rest() {
+    let mut m = LocMap::default();
+    let mut keys: Vec<u64> = Vec::new();
+    let mut rng = Rng(0x7777_1234_aaaa_5555);
+    let mut insert = |m: &mut LocMap, keys: &mut Vec<u64>| {
+      let key = rng.next();
+      let before = (m.raw.buckets.len(), m.raw.growing(), m.raw.moved);
+      m.insert_absent(key, keys.len() as u64);
+      keys.push(key);
+      if m.raw.buckets.len() == before.0 && before.1 && m.raw.growing() {
+        assert!(
+          m.raw.moved <= before.2 + MOVE_BUCKETS,
+          "one insert moves a few buckets"
+        );
+      }
+    };
+    // Into the tenth growth, stopped a third of the way through it.
+    let mut growths = 0;
+    loop {
+      let nb = m.raw.buckets.len();
+      insert(&mut m, &mut keys);
+      growths += usize::from(m.raw.buckets.len() != nb);
+      if growths >= 10 && m.raw.growing() && m.raw.moved * 3 > m.raw.old.len() {
+        break;
+      }
+    }
+    assert!(
+      m.raw.moved * 2 < m.raw.old.len(),
+      "caught before half the old buckets moved"
+    );
+    m.raw.check();
+    let unmoved: usize = m.raw.old_meta[m.raw.moved..]
+      .iter()
+      .map(|&meta| (meta & FILL) as usize)
+      .sum();
+    assert!(unmoved > 100, "entries still in the old buckets: {unmoved}");
+    assert_eq!(m.iter().count(), keys.len());
+    for (i, &k) in keys.iter().enumerate() {
+      assert_eq!(m.get(k), Some(i as u64));
+    }
+    // Removals from old and new buckets alike, mid-growth.
+    let removed = keys.len();
+    for (i, &k) in keys.iter().enumerate().step_by(3) {
+      assert_eq!(m.remove(k), Some(i as u64));
+      assert_eq!(m.get(k), None);
+    }
+    assert!(m.raw.growing());
+    m.raw.check();
+    // Inserts finish the growth and free the old buckets; everything left is still there.
+    while m.raw.growing() {
+      insert(&mut m, &mut keys);
+    }
+    assert!(m.raw.old.is_empty() && m.raw.old_meta.is_empty());
+    m.raw.check();
+    for (i, &k) in keys.iter().enumerate() {
+      let gone = i < removed && i % 3 == 0;
+      assert_eq!(m.get(k), (!gone).then_some(i as u64), "key {i}");
+    }
+    assert_eq!(m.iter().count(), m.len());
   }
 
   #[test]
