@@ -884,7 +884,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
     drop((kv, radix, crtc));
     let [kv_bytes, radix_bytes, crtc_bytes] = kept_bytes_each(wl);
     println!(
-      "REPORT {name} apply only: kvplane {kv_mops:.2} M block ops/s, best dynamo with hashing {best_apply:.2}: {:.2}x; memory {:.2}x",
+      "REPORT {name} apply only: kvplane {kv_mops:.2} M block ops/s, best dynamo with hashing {best_apply:.2}: {:.2}x; memory {:.3}x",
       kv_mops / best_apply,
       kv_bytes as f64 / radix_bytes.min(crtc_bytes) as f64
     );
