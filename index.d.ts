@@ -143,7 +143,10 @@ export declare class NativeRouterIndex {
   applyPayloads(workerId: bigint, rank: number, payloads: Array<Uint8Array>, dialect: string): number
   /** An SMG `KvEventBatch`, applied only when its seq is `expected` (any seq when absent). */
   applyNumbered(workerId: bigint, rank: number, bytes: Uint8Array, expected?: bigint | undefined | null): RouterAppliedOut
-  /** Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`. */
+  /**
+   * Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`: decoded outside the
+   * lock, then a write lock per piece of an event (`Shared::<RouterIndex>::apply_recovery_msgpack`).
+   */
   applyRecovery(workerId: bigint, bytes: Uint8Array): RouterRecoveryOut
   /** Drops every block of worker `worker_id` (only DP rank `rank` when given), in every tier. */
   clearWorker(workerId: bigint, rank?: number | undefined | null): void

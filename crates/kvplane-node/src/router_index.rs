@@ -91,8 +91,8 @@ fn matches_out(a: QueryAnswer) -> RouterMatchesOut {
 
 #[napi]
 pub struct NativeRouterIndex {
-  /// Shared with the ZMQ links that apply to it on the link thread (`followZmq`). Every apply
-  /// but a recovery's takes the write lock per piece of an event (`Shared::apply`).
+  /// Shared with the ZMQ links that apply to it on the link thread (`followZmq`). Every apply,
+  /// a recovery's too, takes the write lock per piece of an event (`Shared::apply`).
   inner: Arc<Shared<RouterIndex>>,
 }
 
@@ -186,12 +186,13 @@ impl NativeRouterIndex {
     })
   }
 
-  /// Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`.
+  /// Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`: decoded outside the
+  /// lock, then a write lock per piece of an event (`Shared::<RouterIndex>::apply_recovery_msgpack`).
   #[napi]
   pub fn apply_recovery(&self, worker_id: BigInt, bytes: &[u8]) -> Result<RouterRecoveryOut, Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
-      let r = self.ix_mut().apply_recovery_msgpack(id, bytes)?;
+      let r = self.inner.apply_recovery_msgpack(id, bytes)?;
       Ok(RouterRecoveryOut {
         kind: r.kind.to_string(),
         last_seq: BigInt::from(r.last_seq),

@@ -319,58 +319,12 @@ impl RouterIndex {
   }
 
   pub fn apply_recovery(&mut self, worker_id: u64, r: &Recovery) -> RecoveryApplied {
-    let mut out = RecoveryApplied {
-      kind: r.kind(),
-      last_seq: 0,
-      epoch: 0,
-      next_start: None,
-      events: 0,
-    };
-    match r {
-      Recovery::Events {
-        batches,
-        last_seq,
-        epoch,
-        next_start,
-      } => {
-        (out.last_seq, out.epoch, out.next_start) = (*last_seq, *epoch, *next_start);
-        for b in batches {
-          let w = WorkerKey {
-            worker_id,
-            dp_rank: b.dp_rank.map_or(0, |r| r.max(0) as u32),
-          };
-          for ev in &b.events {
-            out.events += 1;
-            let _ = self.apply(w, ev);
-          }
-        }
+    recover_each(worker_id, r.clone(), |step| match step {
+      RecoveryStep::Clear => self.clear_worker(worker_id, None),
+      RecoveryStep::Apply(w, ev) => {
+        let _ = self.apply(w, ev);
       }
-      Recovery::TreeDump {
-        workers,
-        last_seq,
-        epoch,
-      } => {
-        (out.last_seq, out.epoch) = (*last_seq, *epoch);
-        self.clear_worker(worker_id, None);
-        for WorkerDump { worker, events } in workers {
-          let w = WorkerKey {
-            worker_id,
-            dp_rank: worker.dp_rank,
-          };
-          for ev in events {
-            out.events += 1;
-            let _ = self.store(w, ev);
-          }
-        }
-      }
-      Recovery::TooNew { last_seq, epoch }
-      | Recovery::InvalidRange {
-        last_seq, epoch, ..
-      } => {
-        (out.last_seq, out.epoch) = (*last_seq, *epoch);
-      }
-    }
-    out
+    })
   }
 
   /// Every worker's blocks per tier, as chain segments (parents before children).
@@ -407,6 +361,75 @@ impl RouterIndex {
       .map(|&t| (t, self.tiers[t as usize].stats()))
       .collect()
   }
+}
+
+/// What applying a recovery answer does, in order (`recover_each`).
+enum RecoveryStep<'a> {
+  /// A tree dump first drops every rank of the worker.
+  Clear,
+  Apply(WorkerKey, &'a KvEvent),
+}
+
+/// Takes a `/kv_recover` answer for worker `worker_id` through `step`: an `Events` answer's
+/// events batch by batch, each under its batch's DP rank; a `TreeDump`'s clear of the worker,
+/// then its events under each dumped rank.
+fn recover_each(
+  worker_id: u64,
+  r: Recovery,
+  mut step: impl FnMut(RecoveryStep<'_>),
+) -> RecoveryApplied {
+  let mut out = RecoveryApplied {
+    kind: r.kind(),
+    last_seq: 0,
+    epoch: 0,
+    next_start: None,
+    events: 0,
+  };
+  match r {
+    Recovery::Events {
+      batches,
+      last_seq,
+      epoch,
+      next_start,
+    } => {
+      (out.last_seq, out.epoch, out.next_start) = (last_seq, epoch, next_start);
+      for b in batches {
+        let w = WorkerKey {
+          worker_id,
+          dp_rank: b.dp_rank.map_or(0, |r| r.max(0) as u32),
+        };
+        for ev in &b.events {
+          out.events += 1;
+          step(RecoveryStep::Apply(w, ev));
+        }
+      }
+    }
+    Recovery::TreeDump {
+      workers,
+      last_seq,
+      epoch,
+    } => {
+      (out.last_seq, out.epoch) = (last_seq, epoch);
+      step(RecoveryStep::Clear);
+      for WorkerDump { worker, events } in workers {
+        let w = WorkerKey {
+          worker_id,
+          dp_rank: worker.dp_rank,
+        };
+        for ev in events {
+          out.events += 1;
+          step(RecoveryStep::Apply(w, &KvEvent::Stored(ev)));
+        }
+      }
+    }
+    Recovery::TooNew { last_seq, epoch }
+    | Recovery::InvalidRange {
+      last_seq, epoch, ..
+    } => {
+      (out.last_seq, out.epoch) = (last_seq, epoch);
+    }
+  }
+  out
 }
 
 /// Applies every event of `decoded` with `apply`, each under its batch's DP rank or `rank`.
@@ -506,6 +529,21 @@ impl Shared<RouterIndex> {
     let mut a = self.apply_payload(worker_id, rank, bytes, Dialect::SmgProto)?;
     a.snapshot_rest = head.snapshot_rest.unwrap_or(0);
     Ok(Numbered::Applied(a))
+  }
+
+  /// `RouterIndex::apply_recovery_msgpack` with readers alongside: decoded before the lock is
+  /// taken, then applied a piece of an event per write lock (a tree dump's clear of the worker is
+  /// one write). So a query never waits for a whole recovery; it sees the worker's blocks come
+  /// back event by event, as they came when the engine stored them. The worker's own link must
+  /// not apply to it meanwhile (its follower holds the link's gate shut while it recovers).
+  pub fn apply_recovery_msgpack(&self, worker_id: u64, bytes: &[u8]) -> KvResult<RecoveryApplied> {
+    let r = recover::from_msgpack(bytes)?;
+    Ok(recover_each(worker_id, r, |step| match step {
+      RecoveryStep::Clear => self.write().clear_worker(worker_id, None),
+      RecoveryStep::Apply(w, ev) => {
+        let _ = self.apply(w, ev);
+      }
+    }))
   }
 
   /// `apply_payload` for payloads that arrived together, in order: all decoded first, so nothing
