@@ -40,7 +40,10 @@ use kvplane_core::event::{KvEvent, RemovedEvent, StoredEvent};
 use kvplane_core::hash::{
   content_hash_seeded, hash_blocks, seq_hash, Algo, HashOptions, XXH3_SEED,
 };
+use kvplane_core::codec::recover;
 use kvplane_core::index::table::{LocMap, MixState};
+use kvplane_core::router::{RouterIndex, Tier};
+use kvplane_core::stream::Recovery;
 use kvplane_core::index::{Index, IndexConfig, MatchOptions, Piecewise, WorkerKey};
 use kvplane_core::shared::{Shared, PIECE_BLOCKS};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -60,6 +63,8 @@ const APPLY_ROUNDS: usize = 5;
 const CONCURRENT_REPS: usize = 500;
 /// Blocks of the one worker whose table growth the write-hold measure times.
 const BIG_WORKER_BLOCKS: usize = 1 << 20;
+/// Blocks of the worker whose recovery the reads-during-recovery measure times.
+const RECOVERY_BLOCKS: usize = 1 << 16;
 
 // ---- one counting allocator for every index --------------------------------------------------
 
@@ -730,6 +735,80 @@ fn one_big_worker(blocks: usize) -> Vec<(WorkerKey, KvEvent)> {
   kvplane_events(&ops)
 }
 
+/// How long a query waits while one worker's tree dump of `blocks` blocks is recovered into a
+/// router index already holding it: the recovery as one write (`one_write`) or a piece of an
+/// event per write lock (`Shared::apply_recovery_msgpack`). The index also holds 63 other
+/// workers of `blocks / 4` blocks each; a reader thread queries it in a loop with the worker's
+/// first conversation (keys given). Returns the reader's waits during the recovery (µs, sorted)
+/// and the recovery's own time (ms).
+fn recovery_waits(blocks: usize, one_write: bool) -> (Vec<f64>, f64) {
+  let worker = one_big_worker(blocks);
+  let router = Arc::new(Shared::new(RouterIndex::new(BS as u32).unwrap()));
+  for (w, ev) in &worker {
+    router.apply(*w, ev).unwrap();
+  }
+  for other in 1..64u64 {
+    for (_, ev) in one_big_worker(blocks / 4).iter().skip(other as usize) {
+      let w = WorkerKey {
+        worker_id: other,
+        dp_rank: 0,
+      };
+      let _ = router.apply(w, ev);
+    }
+  }
+  // The node's dump of the worker: an index of its blocks, tokens kept.
+  let mut node = Index::new(IndexConfig::default());
+  for (w, ev) in &worker {
+    node.apply(*w, ev).unwrap();
+  }
+  let dump = recover::to_msgpack(&Recovery::TreeDump {
+    workers: node.dump(),
+    last_seq: 1,
+    epoch: 1,
+  });
+  let KvEvent::Stored(first) = &worker[0].1 else {
+    unreachable!()
+  };
+  let keys = hash_blocks(&first.token_ids, &HashOptions::new(Algo::Xxh3, BS), false)
+    .unwrap()
+    .hashes;
+  let (go, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+  let reader = {
+    let (router, go, done) = (router.clone(), go.clone(), done.clone());
+    std::thread::spawn(move || {
+      let mut waits = Vec::new();
+      while !done.load(Relaxed) {
+        let t = Instant::now();
+        let answer = router.read().query_keys(&keys);
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        black_box(answer);
+        if go.load(Relaxed) {
+          waits.push(us);
+        }
+      }
+      waits
+    })
+  };
+  std::thread::sleep(Duration::from_millis(20));
+  go.store(true, Relaxed);
+  let t = Instant::now();
+  let applied = if one_write {
+    router.write().apply_recovery_msgpack(0, &dump).unwrap()
+  } else {
+    router.apply_recovery_msgpack(0, &dump).unwrap()
+  };
+  let ms = t.elapsed().as_secs_f64() * 1e3;
+  done.store(true, Relaxed);
+  let mut waits = reader.join().unwrap();
+  assert_eq!(applied.events as usize, blocks / 256);
+  assert_eq!(
+    router.read().tier(Tier::Device).worker_blocks(worker[0].0),
+    blocks as u64
+  );
+  waits.sort_by(|a, b| a.partial_cmp(b).unwrap());
+  (waits, ms)
+}
+
 /// "p99.99 X us, max Y us (Z holds over 100 us)" of sorted holds.
 fn holds_summary(h: &[f64]) -> String {
   let over = h.len() - h.partition_point(|&x| x <= 100.0);
@@ -1067,7 +1146,7 @@ fn run(wl: &Workload, c: &mut Criterion) {
   );
 }
 
-/// `VS_DYNAMO_PROFILE=find|apply|churn|holds|floor|floor_std[_today]`: only kvplane's side of one measure
+/// `VS_DYNAMO_PROFILE=find|apply|churn|holds|recovery|floor|floor_std[_today]`: only kvplane's side of one measure
 /// (or the floor, with kvplane's map or std's) on the `depths` workload (`today` with the
 /// suffix), in a loop for a profiler, with its rate.
 fn profile(what: &str) {
@@ -1092,6 +1171,20 @@ fn profile(what: &str) {
       "{what}: {:.2} M block ops/s",
       (builds * block_ops) as f64 / t.elapsed().as_secs_f64() / 1e6
     );
+    return;
+  }
+  if what == "recovery" {
+    for _ in 0..3 {
+      for one_write in [true, false] {
+        let (waits, ms) = recovery_waits(RECOVERY_BLOCKS, one_write);
+        eprintln!(
+          "recovery ({ms:.1} ms, one write {one_write}): {} queries, p99 {:.1} us, max {:.0} us",
+          waits.len(),
+          percentile(&waits, 0.99),
+          waits[waits.len() - 1]
+        );
+      }
+    }
     return;
   }
   if what == "holds" {
@@ -1202,5 +1295,15 @@ fn main() {
     "REPORT one worker storing {BIG_WORKER_BLOCKS} blocks, write holds: {}",
     holds_summary(&piece_holds(&big))
   );
+  for one_write in [true, false] {
+    let (waits, ms) = recovery_waits(RECOVERY_BLOCKS, one_write);
+    println!(
+      "REPORT recovering one worker's tree dump of {RECOVERY_BLOCKS} blocks ({ms:.1} ms) {}: a query's wait meanwhile: {} queries, p99 {:.1} us, max {:.0} us",
+      if one_write { "as one write" } else { "a piece per write" },
+      waits.len(),
+      percentile(&waits, 0.99),
+      waits[waits.len() - 1]
+    );
+  }
   c.final_summary();
 }
