@@ -5,13 +5,14 @@
 //! full (growing by a quarter kept it fuller, but re-placed each entry about four times over the
 //! table's growth, against twice: a fifth of an index's apply).
 //!
-//! A big table grows a little at a time: growing allocates the bigger buckets (not written: a
-//! bucket is written whole the first time an entry goes in it) and each insert after it moves
-//! `MOVE_BUCKETS` of the old buckets into them. So no insert re-places or clears a whole big
-//! table, and a writer holding the index's lock for one piece of an event never holds it for
-//! that, however big the table (`shared.rs`). Lookups, removals and `iter` see the old buckets
-//! not moved yet; the moving is done long before the new buckets fill. A small table (below
-//! `STEPWISE_FROM` buckets) grows at once, which takes microseconds.
+//! A big table grows a little at a time: growing allocates the bigger buckets without clearing
+//! them (a bucket's slots past its fill are never read; `TagMap`'s, read whole, are zeroed when
+//! their first entry goes in) and each insert after it moves `MOVE_BUCKETS` of the old buckets
+//! into them. So no insert re-places or clears a whole big table, and a writer holding the
+//! index's lock for one piece of an event never holds it for that, however big the table
+//! (`shared.rs`). Lookups, removals and `iter` see the old buckets not moved yet; the moving is
+//! done long before the new buckets fill. A small table (below `STEPWISE_FROM` buckets) grows at
+//! once, into cleared buckets, which takes a few hundred microseconds at most.
 //!
 //! Beside the buckets, a table keeps one byte per bucket, small enough to stay in the CPU's L2
 //! cache: how many entries the bucket holds, and how many entries whose first bucket it is live
