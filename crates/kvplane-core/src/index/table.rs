@@ -262,12 +262,21 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       if let Some(b) = b {
         line(b);
       }
-      if let [Some(o), _] = self.old_probe(h) {
-        let p: *const u8 = self.old.as_ptr().wrapping_add(o ^ OLD).cast();
-        prefetch_read(p);
-        if std::mem::size_of::<Bucket<E, N>>() > 64 {
-          prefetch_read(p.wrapping_add(64));
-        }
+      if self.growing() {
+        self.prefetch_old(h);
+      }
+    }
+  }
+
+  /// `prefetch`'s read of the old first bucket of `h`, while a growth is under way.
+  #[cold]
+  #[inline(never)]
+  fn prefetch_old(&self, h: u32) {
+    if let [Some(o), _] = self.old_probe(h) {
+      let p: *const u8 = self.old.as_ptr().wrapping_add(o ^ OLD).cast();
+      prefetch_read(p);
+      if std::mem::size_of::<Bucket<E, N>>() > 64 {
+        prefetch_read(p.wrapping_add(64));
       }
     }
   }
@@ -284,13 +293,20 @@ impl<E: Entry, const N: usize> Raw<E, N> {
         return Some((bi, i));
       }
     }
+    if self.growing() || !self.stash.is_empty() {
+      return self.find_rest(h, hit);
+    }
+    None
+  }
+
+  /// `find` past the current buckets: the old buckets not moved yet, then the stash.
+  #[cold]
+  #[inline(never)]
+  fn find_rest(&self, h: u32, mut hit: impl FnMut(&E) -> bool) -> Option<(usize, usize)> {
     for bi in self.old_probe(h).into_iter().flatten() {
       if let Some(i) = self.held(bi).iter().position(&mut hit) {
         return Some((bi, i));
       }
-    }
-    if self.stash.is_empty() {
-      return None;
     }
     self.stash.iter().position(hit).map(|i| (STASH, i))
   }
@@ -321,7 +337,7 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   /// Adds an absent entry whose bucket pair is `(a, b)` (placed again if the table grows).
   #[inline]
   fn insert_at(&mut self, a: usize, b: usize, e: E) {
-    if self.moved < self.old.len() {
+    if self.growing() {
       self.move_old(MOVE_BUCKETS);
     }
     let placed = if (self.len + 1) * 100 > self.buckets.len() * N * MAX_LOAD_PCT {
@@ -484,16 +500,10 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     }
     let nb = (self.buckets.len() + self.buckets.len() / 2).max(self.buckets.len() + 1);
     let at_once = self.buckets.len() < STEPWISE_FROM;
-    let mut buckets: Vec<MaybeUninit<Bucket<E, N>>> = Vec::with_capacity(nb);
-    // SAFETY: `MaybeUninit` needs no initializing; the capacity is `nb`.
-    unsafe {
-      if at_once {
-        // Zeroing a small table brings it into the cache before its entries are placed, which
-        // makes that about a tenth faster than placing them into memory not yet read.
-        buckets.as_mut_ptr().write_bytes(0, nb);
-      }
-      buckets.set_len(nb);
-    }
+    // A small table is allocated zeroed, which the allocator does by clearing memory it reuses
+    // (bringing it into the cache before the entries are placed: about a tenth faster than
+    // placing them into memory not yet read) and for nothing on fresh pages.
+    let buckets = alloc_buckets::<Bucket<E, N>>(nb, at_once);
     self.old = std::mem::replace(&mut self.buckets, buckets);
     self.old_meta = std::mem::replace(&mut self.meta, vec![0; nb]);
     self.moved = 0;
@@ -511,17 +521,22 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   #[cold]
   fn move_old(&mut self, n: usize) {
     let end = self.old.len().min(self.moved.saturating_add(n));
-    while self.moved < end {
-      let bi = self.moved;
-      let fill = (self.old_meta[bi] & FILL) as usize;
-      for i in 0..fill {
-        let e = self.held(bi | OLD)[i];
+    // Out of `self` while their entries are placed (`place` takes all of it).
+    let (old, old_meta) = (
+      std::mem::take(&mut self.old),
+      std::mem::take(&mut self.old_meta),
+    );
+    for (bucket, &meta) in old[self.moved..end].iter().zip(&old_meta[self.moved..end]) {
+      // SAFETY: a bucket's first `fill` slots hold its entries (`buckets`).
+      let held =
+        unsafe { std::slice::from_raw_parts(bucket.as_ptr().cast::<E>(), (meta & FILL) as usize) };
+      for &e in held {
         if !self.place(e) {
           self.stash.push(e);
         }
       }
-      self.moved += 1;
     }
+    (self.old, self.old_meta, self.moved) = (old, old_meta, end);
     if self.moved == self.old.len() {
       self.old = Vec::new();
       self.old_meta = Vec::new();
@@ -578,8 +593,8 @@ impl<E: Entry, const N: usize> Raw<E, N> {
       + self.stash.capacity() * std::mem::size_of::<E>()
   }
 
-  /// Whether a growth is under way (tests).
-  #[cfg(test)]
+  /// Whether a growth is under way.
+  #[inline(always)]
   fn growing(&self) -> bool {
     self.moved < self.old.len()
   }
@@ -803,9 +818,11 @@ impl TagMap {
           hits &= hits - 1;
         }
       }
-      for bi in self.raw.old_probe(h).into_iter().flatten() {
-        if let Some(s) = self.raw.held(bi).iter().find(|s| s.tag == h && eq(s.val)) {
-          return Some(s.val);
+      if self.raw.growing() {
+        for bi in self.raw.old_probe(h).into_iter().flatten() {
+          if let Some(s) = self.raw.held(bi).iter().find(|s| s.tag == h && eq(s.val)) {
+            return Some(s.val);
+          }
         }
       }
       self
@@ -862,6 +879,28 @@ impl TagMap {
   /// Heap bytes held.
   pub fn bytes(&self) -> usize {
     self.raw.bytes()
+  }
+}
+
+/// `n` values of `T`, not initialized, or zeroed (`zeroed`) by the allocator: fresh pages from
+/// the system are zero already, so a big zeroed table is not written twice.
+fn alloc_buckets<T>(n: usize, zeroed: bool) -> Vec<MaybeUninit<T>> {
+  let layout = std::alloc::Layout::array::<T>(n).expect("table size");
+  if layout.size() == 0 {
+    return (0..n).map(|_| MaybeUninit::uninit()).collect();
+  }
+  // SAFETY: the layout has a non-zero size; the memory holds `n` `MaybeUninit<T>` (which need no
+  // initializing), allocated by the global allocator with `T`'s layout, as `Vec` frees it.
+  unsafe {
+    let p = if zeroed {
+      std::alloc::alloc_zeroed(layout)
+    } else {
+      std::alloc::alloc(layout)
+    } as *mut MaybeUninit<T>;
+    if p.is_null() {
+      std::alloc::handle_alloc_error(layout);
+    }
+    Vec::from_raw_parts(p, n, n)
   }
 }
 
