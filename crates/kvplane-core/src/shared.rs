@@ -6,6 +6,10 @@
 //! whole, and the first blocks of the one under way, as the engine stored or freed them. A
 //! payload is decoded before the lock is taken.
 //!
+//! Writers take turns too, an event at a time (`Shared::turn`): another writer never comes
+//! between the pieces of an event, nor between the events of a recovery, which holds one turn
+//! for all of them. Readers never wait for a turn, only for a piece.
+//!
 //! The two sides take turns: a writer announces itself and new readers hold off until it has had
 //! its turn (with std's lock, measured, a thread querying back to back left the writer applying
 //! nothing), and a writer lets readers already waiting go before its next piece (so a reader
@@ -15,8 +19,9 @@
 use crate::error::KvResult;
 use crate::event::KvEvent;
 use crate::index::{Index, Piecewise, WorkerKey};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, MutexGuard, RwLock};
 pub use parking_lot::{RwLockReadGuard, RwLockWriteGuard};
+use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -32,6 +37,30 @@ pub struct Shared<T> {
   writers: AtomicU32,
   /// Readers waiting for the lock: a writer lets them go first.
   readers: AtomicU32,
+  /// Held by the writer whose turn it is (`turn`).
+  turns: Mutex<()>,
+}
+
+/// A writer's turn (`Shared::turn`): other writers wait until it ends; readers do not.
+pub struct Turn<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
+
+/// A whole write (`Shared::write`): a turn and the lock, held together.
+pub struct Exclusive<'a, T> {
+  guard: RwLockWriteGuard<'a, T>,
+  _turn: Turn<'a>,
+}
+
+impl<T> Deref for Exclusive<'_, T> {
+  type Target = T;
+  fn deref(&self) -> &T {
+    &self.guard
+  }
+}
+
+impl<T> DerefMut for Exclusive<'_, T> {
+  fn deref_mut(&mut self) -> &mut T {
+    &mut self.guard
+  }
 }
 
 impl<T> Shared<T> {
@@ -40,6 +69,26 @@ impl<T> Shared<T> {
       inner: RwLock::new(value),
       writers: AtomicU32::new(0),
       readers: AtomicU32::new(0),
+      turns: Mutex::new(()),
+    }
+  }
+
+  /// A writer's turn: other writers wait until it ends, readers do not. `apply` takes one per
+  /// event; a caller whose events no other writer may come between (a recovery) takes one across
+  /// them and applies them with `apply_in`.
+  pub fn turn(&self) -> Turn<'_> {
+    Turn(self.turns.lock())
+  }
+
+  /// For work the caller does not interleave with reads, as one write: in a turn of its own, so
+  /// it never lands between the pieces of another writer's event. A panic inside the index is
+  /// caught where the call came in (the link, the binding's guard) and reported there; the lock
+  /// is not poisoned.
+  pub fn write(&self) -> Exclusive<'_, T> {
+    let turn = self.turn();
+    Exclusive {
+      guard: self.piece(&turn),
+      _turn: turn,
     }
   }
 
@@ -58,10 +107,8 @@ impl<T> Shared<T> {
     g
   }
 
-  /// For one piece of an event, or for work the caller does not interleave with reads. A panic inside the
-  /// index is caught where the call came in (the link, the binding's guard) and reported there;
-  /// the lock is not poisoned.
-  pub fn write(&self) -> RwLockWriteGuard<'_, T> {
+  /// The lock for one piece of an event (or one step of a recovery), in the caller's turn.
+  pub fn piece(&self, _turn: &Turn<'_>) -> RwLockWriteGuard<'_, T> {
     // Readers already waiting go first (bounded by SPIN, so readers cannot hold a writer off).
     spin(|| (self.readers.load(Ordering::Acquire) == 0).then_some(()));
     self.writers.fetch_add(1, Ordering::AcqRel);
@@ -90,10 +137,15 @@ impl ApplyPiece for Index {
 }
 
 impl<T: ApplyPiece> Shared<T> {
-  /// Applies one event for a worker, `PIECE_BLOCKS` blocks per write lock.
+  /// Applies one event for a worker, in a turn of its own, `PIECE_BLOCKS` blocks per write lock.
   pub fn apply(&self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
+    self.apply_in(&self.turn(), w, ev)
+  }
+
+  /// `apply` in the caller's turn.
+  pub fn apply_in(&self, turn: &Turn<'_>, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
     let mut p = Piecewise::new(w, ev, PIECE_BLOCKS);
-    while self.write().apply_piece(&mut p)? {}
+    while self.piece(turn).apply_piece(&mut p)? {}
     Ok(())
   }
 }
@@ -136,5 +188,28 @@ mod tests {
     }
     w.join().unwrap();
     assert!(seen.windows(2).all(|p| p[0] <= p[1]));
+  }
+
+  #[test]
+  fn a_writers_turn_keeps_other_writers_out_and_lets_readers_in() {
+    let s = Arc::new(Shared::new(0u64));
+    let turn = s.turn();
+    let other = {
+      let s = s.clone();
+      std::thread::spawn(move || {
+        // Waits for the turn below to end.
+        *s.write() = 100;
+      })
+    };
+    for k in 1..=50 {
+      *s.piece(&turn) += 1;
+      // A reader gets in between the pieces of the turn; the other writer does not.
+      assert_eq!(*s.read(), k);
+      std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    assert_eq!(*s.read(), 50, "no other writer came in during the turn");
+    drop(turn);
+    other.join().unwrap();
+    assert_eq!(*s.read(), 100);
   }
 }

@@ -7,7 +7,7 @@ use crate::hash::tokens_of;
 use crate::outputs::DropCount;
 use kvplane_core::codec::Dialect;
 use kvplane_core::router::{Numbered, QueryAnswer, RouterIndex};
-use kvplane_core::shared::{RwLockReadGuard, RwLockWriteGuard, Shared};
+use kvplane_core::shared::{Exclusive, RwLockReadGuard, Shared};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use std::sync::Arc;
@@ -101,7 +101,7 @@ impl NativeRouterIndex {
     self.inner.read()
   }
 
-  fn ix_mut(&self) -> RwLockWriteGuard<'_, RouterIndex> {
+  fn ix_mut(&self) -> Exclusive<'_, RouterIndex> {
     self.inner.write()
   }
 

@@ -503,9 +503,10 @@ impl<E: Entry, const N: usize> Raw<E, N> {
     // A small table is allocated zeroed, which the allocator does by clearing memory it reuses
     // (bringing it into the cache before the entries are placed: about a tenth faster than
     // placing them into memory not yet read) and for nothing on fresh pages.
-    let buckets = alloc_buckets::<Bucket<E, N>>(nb, at_once);
+    // Both allocated before either is put in place: a table never holds one without the other.
+    let (buckets, meta) = (alloc_buckets::<Bucket<E, N>>(nb, at_once), vec![0; nb]);
     self.old = std::mem::replace(&mut self.buckets, buckets);
-    self.old_meta = std::mem::replace(&mut self.meta, vec![0; nb]);
+    self.old_meta = std::mem::replace(&mut self.meta, meta);
     self.moved = 0;
     for e in std::mem::take(&mut self.stash) {
       if !self.place(e) {
@@ -1056,7 +1057,7 @@ mod tests {
         );
       }
     };
-    // Into the tenth growth, stopped a third of the way through it.
+    // Into the first growth done step by step (the tenth or later), a third of the way through.
     let mut growths = 0;
     loop {
       let nb = m.raw.buckets.len();

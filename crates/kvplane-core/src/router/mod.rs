@@ -315,11 +315,11 @@ impl RouterIndex {
     bytes: &[u8],
   ) -> KvResult<RecoveryApplied> {
     let r = recover::from_msgpack(bytes)?;
-    Ok(self.apply_recovery(worker_id, &r))
+    Ok(self.apply_recovery(worker_id, r))
   }
 
-  pub fn apply_recovery(&mut self, worker_id: u64, r: &Recovery) -> RecoveryApplied {
-    recover_each(worker_id, r.clone(), |step| match step {
+  pub fn apply_recovery(&mut self, worker_id: u64, r: Recovery) -> RecoveryApplied {
+    recover_each(worker_id, r, |step| match step {
       RecoveryStep::Clear => self.clear_worker(worker_id, None),
       RecoveryStep::Apply(w, ev) => {
         let _ = self.apply(w, ev);
@@ -534,14 +534,17 @@ impl Shared<RouterIndex> {
   /// `RouterIndex::apply_recovery_msgpack` with readers alongside: decoded before the lock is
   /// taken, then applied a piece of an event per write lock (a tree dump's clear of the worker is
   /// one write). So a query never waits for a whole recovery; it sees the worker's blocks come
-  /// back event by event, as they came when the engine stored them. The worker's own link must
-  /// not apply to it meanwhile (its follower holds the link's gate shut while it recovers).
+  /// back event by event, as they came when the engine stored them. Writers wait for the whole
+  /// answer (it is one writer's turn), as they waited for it applied under one lock.
   pub fn apply_recovery_msgpack(&self, worker_id: u64, bytes: &[u8]) -> KvResult<RecoveryApplied> {
     let r = recover::from_msgpack(bytes)?;
+    // One turn for the whole answer: no other writer (another DP rank's link) comes between the
+    // clear and the dump's events.
+    let turn = self.turn();
     Ok(recover_each(worker_id, r, |step| match step {
-      RecoveryStep::Clear => self.write().clear_worker(worker_id, None),
+      RecoveryStep::Clear => self.piece(&turn).clear_worker(worker_id, None),
       RecoveryStep::Apply(w, ev) => {
-        let _ = self.apply(w, ev);
+        let _ = self.apply_in(&turn, w, ev);
       }
     }))
   }

@@ -226,7 +226,7 @@ fn a_tree_dump_replaces_every_rank_of_the_worker() {
     last_seq: 77,
     epoch: 5,
   };
-  let a = r.apply_recovery(4, &dump);
+  let a = r.apply_recovery(4, dump);
   assert_eq!(
     (a.kind, a.last_seq, a.epoch, a.events),
     ("TreeDump", 77, 5, 1)
