@@ -318,6 +318,44 @@ fn a_tree_dump_applied_beside_readers_leaves_what_one_write_leaves_and_readers_n
 }
 
 #[test]
+fn a_clear_from_another_thread_never_lands_between_the_pieces_of_a_store() {
+  // One thread stores 64-block chains for worker 1 (16 pieces each); another clears the worker
+  // again and again. Each clear comes between two events, never inside one, so the index stays
+  // consistent: every membership is a block the worker holds.
+  let shared = Arc::new(Shared::new(RouterIndex::new(BS).unwrap()));
+  let done = Arc::new(AtomicBool::new(false));
+  let clearer = {
+    let (shared, done) = (shared.clone(), done.clone());
+    std::thread::spawn(move || {
+      let mut clears = 0u32;
+      while !done.load(Ordering::Acquire) {
+        shared.write().clear_worker(1, None);
+        clears += 1;
+        std::thread::yield_now();
+      }
+      clears
+    })
+  };
+  for i in 0..400u64 {
+    let hashes: Vec<u64> = (0..64).map(|j| 1 + i * 64 + j).collect();
+    let parent = (i % 4 != 0).then(|| i * 64);
+    let ev = stored(&hashes, parent, ((i % 4) * 64 * BS as u64) as u32, "GPU");
+    shared.apply(w(1, 0), &ev).unwrap();
+  }
+  done.store(true, Ordering::Release);
+  let clears = clearer.join().unwrap();
+  assert!(clears > 0);
+  let ix = shared.read();
+  let stats = ix.tier(Tier::Device).stats();
+  let held: u64 = stats.per_worker.iter().map(|w| w.blocks).sum();
+  assert_eq!(stats.memberships, held);
+  assert!(
+    stats.blocks <= held,
+    "no block is kept that no one holds or hangs from"
+  );
+}
+
+#[test]
 fn payloads_that_arrived_together_apply_all_or_none() {
   let shared = Shared::new(RouterIndex::new(BS).unwrap());
   let batch = |h: u64| {
