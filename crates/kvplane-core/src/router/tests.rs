@@ -2,7 +2,7 @@ use super::*;
 use crate::codec::value::Value;
 use crate::codec::{encode_events, Format};
 use crate::event::{EventRef, RemovedEvent};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 const BS: u32 = 4;
@@ -323,28 +323,31 @@ fn a_clear_from_another_thread_never_lands_between_the_pieces_of_a_store() {
   // again and again. Each clear comes between two events, never inside one, so the index stays
   // consistent: every membership is a block the worker holds.
   let shared = Arc::new(Shared::new(RouterIndex::new(BS).unwrap()));
-  let done = Arc::new(AtomicBool::new(false));
+  let (done, clears) = (
+    Arc::new(AtomicBool::new(false)),
+    Arc::new(AtomicU32::new(0)),
+  );
   let clearer = {
-    let (shared, done) = (shared.clone(), done.clone());
+    let (shared, done, clears) = (shared.clone(), done.clone(), clears.clone());
     std::thread::spawn(move || {
-      let mut clears = 0u32;
       while !done.load(Ordering::Acquire) {
         shared.write().clear_worker(1, None);
-        clears += 1;
+        clears.fetch_add(1, Ordering::AcqRel);
         std::thread::yield_now();
       }
-      clears
     })
   };
-  for i in 0..400u64 {
+  // At least 400 events, and on until 50 clears came between them.
+  let mut i = 0u64;
+  while i < 400 || clears.load(Ordering::Acquire) < 50 {
     let hashes: Vec<u64> = (0..64).map(|j| 1 + i * 64 + j).collect();
     let parent = (i % 4 != 0).then(|| i * 64);
     let ev = stored(&hashes, parent, ((i % 4) * 64 * BS as u64) as u32, "GPU");
     shared.apply(w(1, 0), &ev).unwrap();
+    i += 1;
   }
   done.store(true, Ordering::Release);
-  let clears = clearer.join().unwrap();
-  assert!(clears > 0);
+  clearer.join().unwrap();
   let ix = shared.read();
   let stats = ix.tier(Tier::Device).stats();
   let held: u64 = stats.per_worker.iter().map(|w| w.blocks).sum();
