@@ -341,7 +341,7 @@ fn a_clear_from_another_thread_never_lands_between_the_pieces_of_a_store() {
   let mut i = 0u64;
   while i < 400 || clears.load(Ordering::Acquire) < 50 {
     let hashes: Vec<u64> = (0..64).map(|j| 1 + i * 64 + j).collect();
-    let parent = (i % 4 != 0).then(|| i * 64);
+    let parent = (!i.is_multiple_of(4)).then(|| i * 64);
     let ev = stored(&hashes, parent, ((i % 4) * 64 * BS as u64) as u32, "GPU");
     shared.apply(w(1, 0), &ev).unwrap();
     i += 1;
