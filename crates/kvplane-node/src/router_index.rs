@@ -7,7 +7,7 @@ use crate::hash::tokens_of;
 use crate::outputs::DropCount;
 use kvplane_core::codec::Dialect;
 use kvplane_core::router::{Numbered, QueryAnswer, RouterIndex};
-use kvplane_core::shared::{Exclusive, RwLockReadGuard, Shared};
+use kvplane_core::shared::{RwLockReadGuard, Shared};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use std::sync::Arc;
@@ -99,10 +99,6 @@ pub struct NativeRouterIndex {
 impl NativeRouterIndex {
   fn ix(&self) -> RwLockReadGuard<'_, RouterIndex> {
     self.inner.read()
-  }
-
-  fn ix_mut(&self) -> Exclusive<'_, RouterIndex> {
-    self.inner.write()
   }
 
   pub(crate) fn shared(&self) -> Arc<Shared<RouterIndex>> {
@@ -208,7 +204,7 @@ impl NativeRouterIndex {
   pub fn clear_worker(&self, worker_id: BigInt, rank: Option<u32>) -> Result<(), Code> {
     guard_js(|| {
       let id = bigint_u64("workerId", &worker_id)?;
-      self.ix_mut().clear_worker(id, rank);
+      self.inner.clear_worker(id, rank);
       Ok(())
     })
   }

@@ -205,7 +205,26 @@ pub struct Piecewise<'e> {
   store: Option<StoreResume>,
   /// What the router worked out on the first piece (`RouterIndex::apply_piece`).
   pub(crate) routed: Option<crate::router::Routed>,
+  /// A clear under way (`Index::clear_piece`).
+  clearing: Option<Clearing>,
+  /// The tier a router's clear is in (`RouterIndex::apply_piece`).
+  pub(crate) tier_at: usize,
+  /// Engine maps a clear is done with, freed with the `Piecewise`, outside the writer's lock.
+  spent: Vec<LocMap>,
 }
+
+/// A worker's clear applied a piece at a time: its engine ids, taken out of its map, gone through
+/// `CLEAR_PLACES` places of that map per block of a piece; the edges already rid of the worker.
+struct Clearing {
+  map: LocMap,
+  next: usize,
+  done: std::collections::HashSet<u32, MixState>,
+}
+
+/// Places of a worker's engine map a piece of its clear goes through, per block of a piece (a
+/// bucket of up to 8 blocks each): with 4-block pieces, up to 64 blocks, each edge they are on
+/// rid of the worker at once.
+const CLEAR_PLACES: usize = 2;
 
 impl<'e> Piecewise<'e> {
   pub fn new(w: WorkerKey, ev: &'e KvEvent, blocks: usize) -> Piecewise<'e> {
@@ -217,6 +236,16 @@ impl<'e> Piecewise<'e> {
       started: false,
       store: None,
       routed: None,
+      clearing: None,
+      tier_at: 0,
+      spent: Vec::new(),
+    }
+  }
+
+  /// Starts the next clear afresh (a router clears a worker in each of its tiers in turn).
+  pub(crate) fn next_clear(&mut self) {
+    if let Some(c) = self.clearing.take() {
+      self.spent.push(c.map);
     }
   }
 
@@ -339,11 +368,44 @@ impl Index {
         self.remove(slot, &ev.block_hashes[range]);
         Ok(p.more(ev.block_hashes.len()))
       }
+      KvEvent::Cleared => Ok(self.clear_piece(slot, p)),
       _ => {
         self.apply(p.w, p.ev)?;
         Ok(false)
       }
     }
+  }
+
+  /// The next piece of the worker's clear; false once it is done. The first piece takes the
+  /// worker's engine map out (it holds nothing from then on); each piece then rids the edges of
+  /// up to `CLEAR_PLACES` places' blocks of the worker, whole edges at a time, so a reader sees
+  /// the worker's blocks go an edge at a time. The end state is `clear_slot`'s.
+  fn clear_piece(&mut self, slot: u32, p: &mut Piecewise<'_>) -> bool {
+    let c = p.clearing.get_or_insert_with(|| Clearing {
+      map: std::mem::take(&mut self.workers[slot as usize].engine),
+      next: 0,
+      done: Default::default(),
+    });
+    let end = (c.next + CLEAR_PLACES * p.blocks).min(c.map.places());
+    let mut touched = Vec::new();
+    for l in c.map.locs_at(c.next..end) {
+      self.memberships -= 1;
+      let e = unloc(l).0;
+      if c.done.insert(e) {
+        self.edges[e as usize].remove_all(slot);
+        touched.push(e);
+      }
+    }
+    c.next = end;
+    let more = end < c.map.places();
+    for e in touched {
+      self.reclaim(e);
+    }
+    if !more {
+      self.workers[slot as usize].needs_recovery = false;
+      p.next_clear();
+    }
+    more
   }
 
   /// Applies a stored event given as slices (the publish path's columns): as `apply` would.

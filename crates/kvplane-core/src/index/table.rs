@@ -735,6 +735,28 @@ impl LocMap {
     self.raw.iter().map(|s| (s.key, s.loc))
   }
 
+  /// How many places `locs_at` numbers: the buckets, the old ones not moved yet, and the stash.
+  pub fn places(&self) -> usize {
+    self.raw.buckets.len() + self.raw.old.len().saturating_sub(self.raw.moved) + 1
+  }
+
+  /// The locations held in places `at` (see `places`): a map gone through a few places at a
+  /// time (a clear applied in pieces) while it does not change.
+  pub fn locs_at(&self, at: std::ops::Range<usize>) -> impl Iterator<Item = u64> + '_ {
+    let (nb, old) = (self.raw.buckets.len(), self.raw.old.len());
+    let unmoved = old.saturating_sub(self.raw.moved);
+    at.flat_map(move |i| {
+      let held: &[LocSlot] = if i < nb {
+        self.raw.held(i)
+      } else if i < nb + unmoved {
+        self.raw.held((self.raw.moved + i - nb) | OLD)
+      } else {
+        &self.raw.stash
+      };
+      held.iter().map(|s| s.loc)
+    })
+  }
+
   /// Heap bytes held.
   pub fn bytes(&self) -> usize {
     self.raw.bytes()

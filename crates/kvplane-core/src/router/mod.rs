@@ -22,7 +22,7 @@ use crate::event::{KvEvent, RemovedEvent, StoredEvent};
 use crate::index::{
   Index, IndexConfig, IndexStats, Piecewise, StoredBlocks, WorkerDump, WorkerKey,
 };
-use crate::shared::{ApplyPiece, Shared};
+use crate::shared::{ApplyPiece, Shared, Turn};
 use crate::stream::Recovery;
 use std::collections::HashMap;
 
@@ -274,6 +274,17 @@ impl RouterIndex {
         }
         Ok(more)
       }
+      KvEvent::Cleared => {
+        // Each tier's clear a piece at a time, one tier after another, then the salts.
+        while p.tier_at < self.tiers.len() {
+          if self.tiers[p.tier_at].apply_piece(p)? {
+            return Ok(true);
+          }
+          p.tier_at += 1;
+        }
+        self.forget_worker_salts(w);
+        Ok(false)
+      }
       ev => {
         self.apply(w, ev)?;
         Ok(false)
@@ -287,6 +298,11 @@ impl RouterIndex {
       t.apply(w, &KvEvent::Cleared)
         .expect("a clear always applies");
     }
+    self.forget_worker_salts(w);
+  }
+
+  /// Forgets every salt of worker `w`.
+  fn forget_worker_salts(&mut self, w: WorkerKey) {
     if !self.salts.is_empty() {
       self.salts.retain(|(k, _), _| *k != w);
     }
@@ -294,6 +310,13 @@ impl RouterIndex {
 
   /// Drops every block of every DP rank of `worker_id` (or only `rank`).
   pub fn clear_worker(&mut self, worker_id: u64, rank: Option<u32>) {
+    for w in self.ranks_of(worker_id, rank) {
+      self.clear(w);
+    }
+  }
+
+  /// The DP ranks of `worker_id` the index knows (only `rank`, when given), in order.
+  pub fn ranks_of(&self, worker_id: u64, rank: Option<u32>) -> Vec<WorkerKey> {
     let mut ranks: Vec<WorkerKey> = self
       .tiers
       .iter()
@@ -302,9 +325,7 @@ impl RouterIndex {
       .collect();
     ranks.sort_unstable();
     ranks.dedup();
-    for w in ranks {
-      self.clear(w);
-    }
+    ranks
   }
 
   /// Applies a node's `/kv_recover` answer (msgpack) to worker `worker_id`: `Events` batch by
@@ -532,8 +553,8 @@ impl Shared<RouterIndex> {
   }
 
   /// `RouterIndex::apply_recovery_msgpack` with readers alongside: decoded before the lock is
-  /// taken, then applied a piece of an event per write lock (a tree dump's clear of the worker is
-  /// one write). So a query never waits for a whole recovery; it sees the worker's blocks come
+  /// taken, then applied a piece of an event per write lock (a tree dump's clear of the worker
+  /// too, a few edges a piece). So a query never waits for a whole recovery; it sees the worker's blocks come
   /// back event by event, as they came when the engine stored them. Writers wait for the whole
   /// answer (it is one writer's turn), as they waited for it applied under one lock.
   pub fn apply_recovery_msgpack(&self, worker_id: u64, bytes: &[u8]) -> KvResult<RecoveryApplied> {
@@ -542,11 +563,27 @@ impl Shared<RouterIndex> {
     // clear and the dump's events.
     let turn = self.turn();
     Ok(recover_each(worker_id, r, |step| match step {
-      RecoveryStep::Clear => self.piece(&turn).clear_worker(worker_id, None),
+      RecoveryStep::Clear => self.clear_worker_in(&turn, worker_id, None),
       RecoveryStep::Apply(w, ev) => {
         let _ = self.apply_in(&turn, w, ev);
       }
     }))
+  }
+
+  /// `RouterIndex::clear_worker` with readers alongside: each rank's clear a piece at a time
+  /// (a few edges a piece), all in one writer's turn.
+  pub fn clear_worker(&self, worker_id: u64, rank: Option<u32>) {
+    self.clear_worker_in(&self.turn(), worker_id, rank);
+  }
+
+  /// `clear_worker` in the caller's turn.
+  fn clear_worker_in(&self, turn: &Turn<'_>, worker_id: u64, rank: Option<u32>) {
+    let ranks = self.read().ranks_of(worker_id, rank);
+    for w in ranks {
+      self
+        .apply_in(turn, w, &KvEvent::Cleared)
+        .expect("a clear always applies");
+    }
   }
 
   /// `apply_payload` for payloads that arrived together, in order: all decoded first, so nothing

@@ -331,7 +331,12 @@ fn a_clear_from_another_thread_never_lands_between_the_pieces_of_a_store() {
     let (shared, done, clears) = (shared.clone(), done.clone(), clears.clone());
     std::thread::spawn(move || {
       while !done.load(Ordering::Acquire) {
-        shared.write().clear_worker(1, None);
+        // As one write, and a piece at a time in one turn, in turn.
+        if clears.load(Ordering::Acquire) % 2 == 0 {
+          shared.write().clear_worker(1, None);
+        } else {
+          shared.clear_worker(1, None);
+        }
         clears.fetch_add(1, Ordering::AcqRel);
         std::thread::yield_now();
       }
