@@ -36,16 +36,16 @@ use dynamo_kv_router::protocols::{
   KvCacheEventData, KvCacheRemoveData, KvCacheStoreData, KvCacheStoredBlockData, LocalBlockHash,
   OverlapScores, RouterEvent,
 };
+use kvplane_core::codec::recover;
 use kvplane_core::event::{KvEvent, RemovedEvent, StoredEvent};
 use kvplane_core::hash::{
   content_hash_seeded, hash_blocks, seq_hash, Algo, HashOptions, XXH3_SEED,
 };
-use kvplane_core::codec::recover;
 use kvplane_core::index::table::{LocMap, MixState};
-use kvplane_core::router::{RouterIndex, Tier};
-use kvplane_core::stream::Recovery;
 use kvplane_core::index::{Index, IndexConfig, MatchOptions, Piecewise, WorkerKey};
+use kvplane_core::router::{RouterIndex, Tier};
 use kvplane_core::shared::{Shared, PIECE_BLOCKS};
+use kvplane_core::stream::Recovery;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
@@ -772,7 +772,10 @@ fn recovery_waits(blocks: usize, one_write: bool) -> (Vec<f64>, f64) {
   let keys = hash_blocks(&first.token_ids, &HashOptions::new(Algo::Xxh3, BS), false)
     .unwrap()
     .hashes;
-  let (go, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+  let (go, done) = (
+    Arc::new(AtomicBool::new(false)),
+    Arc::new(AtomicBool::new(false)),
+  );
   let reader = {
     let (router, go, done) = (router.clone(), go.clone(), done.clone());
     std::thread::spawn(move || {
@@ -807,6 +810,43 @@ fn recovery_waits(blocks: usize, one_write: bool) -> (Vec<f64>, f64) {
   );
   waits.sort_by(|a, b| a.partial_cmp(b).unwrap());
   (waits, ms)
+}
+
+/// The worker of `one_big_worker(blocks)` cleared: each write-lock hold of the clear applied a
+/// piece at a time (µs, sorted), and the clear as one write (ms), on two indexes built alike.
+fn clear_holds(blocks: usize) -> (Vec<f64>, f64) {
+  let events = one_big_worker(blocks);
+  let build = || {
+    let mut ix = Index::new(IndexConfig {
+      retain_tokens: false,
+      ..IndexConfig::default()
+    });
+    for (w, ev) in &events {
+      ix.apply(*w, ev).unwrap();
+    }
+    ix
+  };
+  let w = events[0].0;
+  let mut ix = build();
+  let mut holds = Vec::new();
+  let mut p = Piecewise::new(w, &KvEvent::Cleared, PIECE_BLOCKS);
+  loop {
+    let t = Instant::now();
+    let more = ix.apply_piece(&mut p).unwrap();
+    holds.push(t.elapsed().as_secs_f64() * 1e6);
+    if !more {
+      break;
+    }
+  }
+  assert_eq!(ix.stats().memberships, 0);
+  drop((p, ix));
+  let mut ix = build();
+  let t = Instant::now();
+  ix.apply(w, &KvEvent::Cleared).unwrap();
+  let whole = t.elapsed().as_secs_f64() * 1e3;
+  assert_eq!(ix.stats().memberships, 0);
+  holds.sort_by(|a, b| a.partial_cmp(b).unwrap());
+  (holds, whole)
 }
 
 /// "p99.99 X us, max Y us (Z holds over 100 us)" of sorted holds.
@@ -1193,7 +1233,17 @@ fn profile(what: &str) {
     }
     let big = one_big_worker(BIG_WORKER_BLOCKS);
     for _ in 0..3 {
-      eprintln!("holds, one big worker: {}", holds_summary(&piece_holds(&big)));
+      eprintln!(
+        "holds, one big worker: {}",
+        holds_summary(&piece_holds(&big))
+      );
+    }
+    for _ in 0..3 {
+      let (holds, whole) = clear_holds(BIG_WORKER_BLOCKS);
+      eprintln!(
+        "its clear: as one write {whole:.1} ms; in pieces {}",
+        holds_summary(&holds)
+      );
     }
     return;
   }
@@ -1294,6 +1344,11 @@ fn main() {
   println!(
     "REPORT one worker storing {BIG_WORKER_BLOCKS} blocks, write holds: {}",
     holds_summary(&piece_holds(&big))
+  );
+  let (holds, whole) = clear_holds(BIG_WORKER_BLOCKS);
+  println!(
+    "REPORT that worker cleared: as one write {whole:.1} ms; a piece at a time, write holds: {}",
+    holds_summary(&holds)
   );
   for one_write in [true, false] {
     let (waits, ms) = recovery_waits(RECOVERY_BLOCKS, one_write);
