@@ -193,7 +193,8 @@ pub(crate) struct StoreResume {
 /// (`Index::apply_piece`). A writer that shares the index with readers takes its lock once per
 /// piece (`Shared::<Index>::apply`), so a query waits for one piece at most, not a whole event.
 /// Between two pieces a query sees the event's first blocks stored (or removed): the state the
-/// engine itself passed through, storing or freeing them one after another. The index ends in
+/// engine itself passed through, storing or freeing them one after another. A clear goes through
+/// the worker's engine map `CLEAR_PLACES` buckets per block of a piece, whole edges at a time. The index ends in
 /// the state applying the event whole gives, with the same drops counted.
 pub struct Piecewise<'e> {
   pub(crate) w: WorkerKey,
