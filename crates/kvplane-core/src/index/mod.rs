@@ -194,7 +194,11 @@ pub(crate) struct StoreResume {
 /// piece (`Shared::<Index>::apply`), so a query waits for one piece at most, not a whole event.
 /// Between two pieces a query sees the event's first blocks stored (or removed): the state the
 /// engine itself passed through, storing or freeing them one after another. A clear goes through
-/// the worker's engine map `CLEAR_PLACES` buckets per block of a piece, whole edges at a time. The index ends in
+/// the worker's engine map `CLEAR_PLACES` buckets per block of a piece, whole edges at a time.
+///
+/// Once started, an event is applied to its last piece before anything else is applied for the
+/// same worker (`Shared` sees to it with writer turns): a clear left halfway would leave the
+/// worker holding, on the edges it had not reached, blocks its emptied engine map no longer names. The index ends in
 /// the state applying the event whole gives, with the same drops counted.
 pub struct Piecewise<'e> {
   pub(crate) w: WorkerKey,

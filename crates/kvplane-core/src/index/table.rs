@@ -1103,6 +1103,16 @@ mod tests {
     for (i, &k) in keys.iter().enumerate() {
       assert_eq!(m.get(k), Some(i as u64));
     }
+    // Gone through place by place (a clear in pieces), mid-growth: every entry once.
+    let mut by_place: Vec<u64> = (0..m.places())
+      .step_by(3)
+      .flat_map(|i| m.locs_at(i..(i + 3).min(m.places())).collect::<Vec<_>>())
+      .collect();
+    let mut all: Vec<u64> = m.iter().map(|(_, l)| l).collect();
+    by_place.sort_unstable();
+    all.sort_unstable();
+    assert_eq!(by_place, all);
+    assert_eq!(all.len(), keys.len());
     // Removals from old and new buckets alike, mid-growth.
     let removed = keys.len();
     for (i, &k) in keys.iter().enumerate().step_by(3) {
