@@ -699,6 +699,21 @@ impl Churn {
   }
 }
 
+/// Applies `ev` a piece at a time as `Shared::apply` does, each piece timed (µs, into `holds`).
+/// The `Piecewise` (and what a clear took out of the index) is dropped after the last piece, as
+/// `Shared` drops it outside the lock.
+fn time_pieces(ix: &mut Index, w: WorkerKey, ev: &KvEvent, holds: &mut Vec<f64>) {
+  let mut p = Piecewise::new(w, ev, PIECE_BLOCKS);
+  loop {
+    let t = Instant::now();
+    let more = ix.apply_piece(&mut p).unwrap();
+    holds.push(t.elapsed().as_secs_f64() * 1e6);
+    if !more {
+      break;
+    }
+  }
+}
+
 /// Each write-lock hold of building the index from empty the way `Shared::apply` applies events
 /// (`PIECE_BLOCKS` blocks a piece), timed alone, in µs and sorted: how long a reader can wait
 /// behind the writer while the index grows (its tables grow inside the piece that fills them).
@@ -709,15 +724,7 @@ fn piece_holds(events: &[(WorkerKey, KvEvent)]) -> Vec<f64> {
   });
   let mut holds = Vec::with_capacity(events.len() * 4);
   for (w, ev) in events {
-    let mut p = Piecewise::new(*w, ev, PIECE_BLOCKS);
-    loop {
-      let t = Instant::now();
-      let more = ix.apply_piece(&mut p).unwrap();
-      holds.push(t.elapsed().as_secs_f64() * 1e6);
-      if !more {
-        break;
-      }
-    }
+    time_pieces(&mut ix, *w, ev, &mut holds);
   }
   black_box(&ix);
   holds.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -829,17 +836,9 @@ fn clear_holds(blocks: usize) -> (Vec<f64>, f64) {
   let w = events[0].0;
   let mut ix = build();
   let mut holds = Vec::new();
-  let mut p = Piecewise::new(w, &KvEvent::Cleared, PIECE_BLOCKS);
-  loop {
-    let t = Instant::now();
-    let more = ix.apply_piece(&mut p).unwrap();
-    holds.push(t.elapsed().as_secs_f64() * 1e6);
-    if !more {
-      break;
-    }
-  }
+  time_pieces(&mut ix, w, &KvEvent::Cleared, &mut holds);
   assert_eq!(ix.stats().memberships, 0);
-  drop((p, ix));
+  drop(ix);
   let mut ix = build();
   let t = Instant::now();
   ix.apply(w, &KvEvent::Cleared).unwrap();
