@@ -196,10 +196,11 @@ pub(crate) struct StoreResume {
 /// engine itself passed through, storing or freeing them one after another. A clear goes through
 /// the worker's engine map `CLEAR_PLACES` buckets per block of a piece, whole edges at a time.
 ///
+/// The index ends in the state applying the event whole gives, with the same drops counted.
+///
 /// Once started, an event is applied to its last piece before anything else is applied for the
 /// same worker (`Shared` sees to it with writer turns): a clear left halfway would leave the
-/// worker holding, on the edges it had not reached, blocks its emptied engine map no longer names. The index ends in
-/// the state applying the event whole gives, with the same drops counted.
+/// worker holding, on the edges it had not reached, blocks its emptied engine map no longer names.
 pub struct Piecewise<'e> {
   pub(crate) w: WorkerKey,
   pub(crate) ev: &'e KvEvent,
@@ -382,16 +383,35 @@ impl Index {
   }
 
   /// The next piece of the worker's clear; false once it is done. The first piece takes the
-  /// worker's engine map out (it holds nothing from then on); each piece then rids the edges of
-  /// up to `CLEAR_PLACES` places' blocks of the worker, whole edges at a time, so a reader sees
-  /// the worker's blocks go an edge at a time. The end state is `clear_slot`'s.
+  /// worker's engine map out (it holds nothing from then on); each piece then goes through
+  /// `CLEAR_PLACES` places of it per block of a piece, so a reader sees the worker's blocks go an
+  /// edge at a time.
   fn clear_piece(&mut self, slot: u32, p: &mut Piecewise<'_>) -> bool {
-    let c = p.clearing.get_or_insert_with(|| Clearing {
+    if p.clearing.is_none() {
+      p.clearing = Some(self.start_clear(slot));
+    }
+    let c = p.clearing.as_mut().expect("started above");
+    let more = self.clear_places(slot, c, CLEAR_PLACES * p.blocks);
+    if !more {
+      p.next_clear();
+    }
+    more
+  }
+
+  /// A clear of the worker begun: its engine map taken out.
+  fn start_clear(&mut self, slot: u32) -> Clearing {
+    Clearing {
       map: std::mem::take(&mut self.workers[slot as usize].engine),
       next: 0,
       done: Default::default(),
-    });
-    let end = (c.next + CLEAR_PLACES * p.blocks).min(c.map.places());
+    }
+  }
+
+  /// Goes on with clear `c` through up to `places` places of the worker's map: each edge their
+  /// blocks are on rid of the worker at once, then cut back. False once the clear is done (the
+  /// worker's recovery mark dropped).
+  fn clear_places(&mut self, slot: u32, c: &mut Clearing, places: usize) -> bool {
+    let end = c.next.saturating_add(places).min(c.map.places());
     let mut touched = Vec::new();
     for l in c.map.locs_at(c.next..end) {
       self.memberships -= 1;
@@ -402,13 +422,12 @@ impl Index {
       }
     }
     c.next = end;
-    let more = end < c.map.places();
     for e in touched {
       self.reclaim(e);
     }
+    let more = end < c.map.places();
     if !more {
       self.workers[slot as usize].needs_recovery = false;
-      p.next_clear();
     }
     more
   }
@@ -800,19 +819,10 @@ impl Index {
     true
   }
 
+  /// The worker's clear as one step (a clear a piece at a time is `clear_piece`).
   fn clear_slot(&mut self, slot: u32) {
-    let engine = std::mem::take(&mut self.workers[slot as usize].engine);
-    let mut touched: Vec<u32> = engine.iter().map(|(_, l)| unloc(l).0).collect();
-    touched.sort_unstable();
-    touched.dedup();
-    for &e in &touched {
-      self.edges[e as usize].remove_all(slot);
-    }
-    self.memberships -= engine.len() as u64;
-    for &e in &touched {
-      self.reclaim(e);
-    }
-    self.workers[slot as usize].needs_recovery = false;
+    let mut c = self.start_clear(slot);
+    self.clear_places(slot, &mut c, usize::MAX);
   }
 
   /// Whether a worker dropped events (unknown parent, unsupported layout) and needs recovery.
