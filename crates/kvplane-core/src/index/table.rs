@@ -580,11 +580,28 @@ impl<E: Entry, const N: usize> Raw<E, N> {
   }
 
   fn iter(&self) -> impl Iterator<Item = &E> + '_ {
-    let old_from = self.moved.min(self.old.len());
-    (0..self.buckets.len())
-      .chain((old_from..self.old.len()).map(|bi| bi | OLD))
-      .flat_map(|bi| self.held(bi).iter())
-      .chain(&self.stash)
+    (0..self.places()).flat_map(|i| self.held_at(i).iter())
+  }
+
+  /// Where entries are held, numbered for `held_at`: the buckets, the old ones not moved yet, and
+  /// the stash.
+  fn places(&self) -> usize {
+    self.buckets.len() + self.old.len().saturating_sub(self.moved) + 1
+  }
+
+  /// The entries held at place `i` (`places`).
+  fn held_at(&self, i: usize) -> &[E] {
+    let (nb, unmoved) = (
+      self.buckets.len(),
+      self.old.len().saturating_sub(self.moved),
+    );
+    if i < nb {
+      self.held(i)
+    } else if i < nb + unmoved {
+      self.held((self.moved + i - nb) | OLD)
+    } else {
+      &self.stash
+    }
   }
 
   fn bytes(&self) -> usize {
@@ -737,24 +754,13 @@ impl LocMap {
 
   /// How many places `locs_at` numbers: the buckets, the old ones not moved yet, and the stash.
   pub fn places(&self) -> usize {
-    self.raw.buckets.len() + self.raw.old.len().saturating_sub(self.raw.moved) + 1
+    self.raw.places()
   }
 
   /// The locations held in places `at` (see `places`): a map gone through a few places at a
   /// time (a clear applied in pieces) while it does not change.
   pub fn locs_at(&self, at: std::ops::Range<usize>) -> impl Iterator<Item = u64> + '_ {
-    let (nb, old) = (self.raw.buckets.len(), self.raw.old.len());
-    let unmoved = old.saturating_sub(self.raw.moved);
-    at.flat_map(move |i| {
-      let held: &[LocSlot] = if i < nb {
-        self.raw.held(i)
-      } else if i < nb + unmoved {
-        self.raw.held((self.raw.moved + i - nb) | OLD)
-      } else {
-        &self.raw.stash
-      };
-      held.iter().map(|s| s.loc)
-    })
+    at.flat_map(|i| self.raw.held_at(i).iter().map(|s| s.loc))
   }
 
   /// Heap bytes held.
