@@ -554,9 +554,9 @@ impl Shared<RouterIndex> {
 
   /// `RouterIndex::apply_recovery_msgpack` with readers alongside: decoded before the lock is
   /// taken, then applied a piece of an event per write lock (a tree dump's clear of the worker
-  /// too, a few edges a piece). So a query never waits for a whole recovery; it sees the worker's blocks come
-  /// back event by event, as they came when the engine stored them. Writers wait for the whole
-  /// answer (it is one writer's turn), as they waited for it applied under one lock.
+  /// too, a few edges a piece). So a query never waits for a whole recovery; it sees the
+  /// worker's blocks come back event by event, as they came when the engine stored them. Writers
+  /// wait for the whole answer (it is one writer's turn), as they waited for it under one lock.
   pub fn apply_recovery_msgpack(&self, worker_id: u64, bytes: &[u8]) -> KvResult<RecoveryApplied> {
     let r = recover::from_msgpack(bytes)?;
     // One turn for the whole answer: no other writer (another DP rank's link) comes between the
