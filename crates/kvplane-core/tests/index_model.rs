@@ -490,8 +490,16 @@ fn piece_states(
     .collect()
 }
 
+/// Blocks each worker holds in the model.
+fn held_counts(m: &Model) -> BTreeMap<WorkerKey, u64> {
+  (0..4)
+    .map(|i| (worker(i), m.held[i].len() as u64))
+    .collect()
+}
+
 /// What a reader may see after some pieces: the model's answers, or while a worker is cleared,
-/// the answers before the clear with that worker's counts no higher.
+/// the answers before the clear with that worker's counts no higher. The same for the blocks
+/// each worker holds.
 enum Expected {
   Exact(Vec<BTreeMap<WorkerKey, u32>>),
   Clearing(WorkerKey, Vec<BTreeMap<WorkerKey, u32>>),
@@ -512,6 +520,7 @@ fn run_with_reader(ops: Vec<Op>, blocks: usize) -> Result<(), TestCaseError> {
   let mut answers = vec![Expected::Exact(
     qs.iter().map(|q| model.matches(q)).collect::<Vec<_>>(),
   )];
+  let mut counts = vec![held_counts(&model)];
   for op in ops {
     let before = model.clone();
     let (w, ev) = step(&mut model, op);
@@ -525,15 +534,18 @@ fn run_with_reader(ops: Vec<Op>, blocks: usize) -> Result<(), TestCaseError> {
       let was: Vec<_> = qs.iter().map(|q| before.matches(q)).collect();
       for _ in 1..pieces {
         answers.push(Expected::Clearing(w, was.clone()));
+        counts.push(held_counts(&before));
       }
       answers.push(Expected::Exact(
         qs.iter().map(|q| model.matches(q)).collect(),
       ));
+      counts.push(held_counts(&model));
     } else {
       let states = piece_states(&before, &model, w, &ev, blocks);
       prop_assert_eq!(states.len(), pieces, "pieces of {:?}", ev);
       for m in states {
         answers.push(Expected::Exact(qs.iter().map(|q| m.matches(q)).collect()));
+        counts.push(held_counts(&m));
       }
     }
     events.push((w, ev));
@@ -543,15 +555,18 @@ fn run_with_reader(ops: Vec<Op>, blocks: usize) -> Result<(), TestCaseError> {
   let reader = {
     let (shared, done, qs) = (shared.clone(), done.clone(), qs.clone());
     std::thread::spawn(move || {
-      let mut seen = Vec::new();
+      let (mut seen, mut figures) = (Vec::new(), Vec::new());
       let mut q = 0;
       while !done.load(Ordering::Acquire) || seen.len() < 64 {
         let g = shared.read();
         seen.push((g.1, q, index_matches(&g.0, &qs[q])));
+        if seen.len() % 8 == 0 {
+          figures.push((g.1, g.0.stats()));
+        }
         drop(g);
         q = (q + 1) % qs.len();
       }
-      seen
+      (seen, figures)
     })
   };
   for (i, (w, ev)) in events.iter().enumerate() {
@@ -570,7 +585,7 @@ fn run_with_reader(ops: Vec<Op>, blocks: usize) -> Result<(), TestCaseError> {
     }
   }
   done.store(true, Ordering::Release);
-  let seen = reader.join().unwrap();
+  let (seen, figures) = reader.join().unwrap();
   prop_assert_eq!(
     shared.read().1 + 1,
     answers.len(),
@@ -611,6 +626,31 @@ fn run_with_reader(ops: Vec<Op>, blocks: usize) -> Result<(), TestCaseError> {
     }
   }
   prop_assert!(!versions.is_empty());
+  // The figures read between pieces: each worker's blocks the model's (while a worker is
+  // cleared, no more than it held), and the memberships their sum.
+  for (v, s) in &figures {
+    let clearing = match &answers[*v] {
+      Expected::Clearing(w, _) => Some(*w),
+      Expected::Exact(_) => None,
+    };
+    let mut sum = 0;
+    for ws in &s.per_worker {
+      let model = counts[*v][&ws.worker];
+      if clearing == Some(ws.worker) {
+        prop_assert!(ws.blocks <= model, "after {} pieces: {:?}", v, ws);
+      } else {
+        prop_assert_eq!(ws.blocks, model, "after {} pieces: {:?}", v, ws);
+      }
+      prop_assert!(
+        ws.unreachable_blocks <= ws.blocks,
+        "after {} pieces: {:?}",
+        v,
+        ws
+      );
+      sum += ws.blocks;
+    }
+    prop_assert_eq!(s.memberships, sum, "after {} pieces", v);
+  }
   Ok(())
 }
 

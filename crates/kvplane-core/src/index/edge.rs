@@ -296,10 +296,13 @@ impl Edge {
     (self.parent, self.parent_off) = (parent, parent_off);
   }
 
-  /// Takes `slot` out of every block.
-  pub fn remove_all(&mut self, slot: u32) {
-    for s in &mut self.spans {
-      if s.holders().binary_search(&slot).is_ok() {
+  /// Takes `slot` out of every block; how many it held.
+  pub fn remove_all(&mut self, slot: u32) -> usize {
+    let mut held = 0;
+    for si in 0..self.spans.len() {
+      if self.spans[si].holders().binary_search(&slot).is_ok() {
+        held += self.span_end(si) - self.spans[si].start as usize;
+        let s = &mut self.spans[si];
         s.set_holders(&without(s.holders(), slot));
       }
     }
@@ -309,6 +312,7 @@ impl Edge {
       self.merge(1, n - 1);
     }
     debug_assert!(self.left_ok());
+    held
   }
 
   /// Where the blocks no worker holds and nothing hangs from begin at the edge's end: the

@@ -110,6 +110,32 @@ pub(crate) struct WorkerState {
   /// Engine block hash -> the block's location (`edge::loc`).
   pub engine: LocMap,
   pub needs_recovery: bool,
+  /// A clear of the worker under way (`Index::clear_piece`): its blocks still held are counted
+  /// here, and the next event of the worker that is not that clear finishes it first.
+  clearing: Option<Box<Clearing>>,
+  /// Events of the worker begun, wrapping: a store applied a piece at a time notices another
+  /// event of the worker applied between its pieces (`StoreResume::at`).
+  events: u32,
+}
+
+impl WorkerState {
+  /// The blocks it holds: its engine ids, and those a clear under way has not reached.
+  fn blocks(&self) -> u64 {
+    self.engine.len() as u64 + self.clearing.as_ref().map_or(0, |c| c.held)
+  }
+}
+
+impl Clearing {
+  /// A clear of a worker begun: its engine map taken out.
+  fn of(engine: &mut LocMap) -> Box<Clearing> {
+    let map = std::mem::take(engine);
+    Box::new(Clearing {
+      held: map.len() as u64,
+      map,
+      next: 0,
+      done: Default::default(),
+    })
+  }
 }
 
 /// Per-worker figures.
@@ -187,6 +213,8 @@ pub(crate) struct StoreResume {
   cur: Option<Pos>,
   prev_key: Option<u64>,
   keys: Vec<u64>,
+  /// The worker's event count when the store began (`WorkerState::events`).
+  at: u32,
 }
 
 /// One event applied a piece at a time, each piece at most `blocks` of its blocks
@@ -198,9 +226,12 @@ pub(crate) struct StoreResume {
 ///
 /// The index ends in the state applying the event whole gives, with the same drops counted.
 ///
-/// Once started, an event is applied to its last piece before anything else is applied for the
-/// same worker (`Shared` sees to it with writer turns): a clear left halfway would leave the
-/// worker holding, on the edges it had not reached, blocks its emptied engine map no longer names.
+/// Once started, an event is meant to be applied to its last piece before anything else is
+/// applied for the same worker (`Shared` sees to it with writer turns). A caller that does
+/// otherwise still leaves the index whole: another event of a worker whose clear is under way
+/// finishes that clear first, and a store whose worker had another event applied between its
+/// pieces goes on from its last block stored, as the worker now holds it (or is dropped as a
+/// store with an unknown parent when it no longer does).
 pub struct Piecewise<'e> {
   pub(crate) w: WorkerKey,
   pub(crate) ev: &'e KvEvent,
@@ -211,8 +242,8 @@ pub struct Piecewise<'e> {
   store: Option<StoreResume>,
   /// What the router worked out on the first piece (`RouterIndex::apply_piece`).
   pub(crate) routed: Option<crate::router::Routed>,
-  /// A clear under way (`Index::clear_piece`).
-  clearing: Option<Clearing>,
+  /// Whether this event's clear began in the tier it is in (`Index::clear_piece`).
+  clear_begun: bool,
   /// The tier a router's clear is in (`RouterIndex::apply_piece`).
   pub(crate) tier_at: usize,
   /// Engine maps a clear is done with, freed with the `Piecewise`, outside the writer's lock.
@@ -220,11 +251,13 @@ pub struct Piecewise<'e> {
 }
 
 /// A worker's clear applied a piece at a time: its engine ids, taken out of its map, gone through
-/// `CLEAR_PLACES` places of that map per block of a piece; the edges already rid of the worker.
+/// `CLEAR_PLACES` places of that map per block of a piece; the edges already rid of the worker,
+/// and how many blocks it still holds on the others.
 struct Clearing {
   map: LocMap,
   next: usize,
   done: std::collections::HashSet<u32, MixState>,
+  held: u64,
 }
 
 /// Places of a worker's engine map a piece of its clear goes through, per block of a piece (a
@@ -242,17 +275,17 @@ impl<'e> Piecewise<'e> {
       started: false,
       store: None,
       routed: None,
-      clearing: None,
+      clear_begun: false,
       tier_at: 0,
       spent: Vec::new(),
     }
   }
 
-  /// Starts the next clear afresh (a router clears a worker in each of its tiers in turn).
-  pub(crate) fn next_clear(&mut self) {
-    if let Some(c) = self.clearing.take() {
-      self.spent.push(c.map);
-    }
+  /// A clear done with: its map kept to be freed with the `Piecewise`, and the next clear begun
+  /// afresh (a router clears a worker in each of its tiers in turn).
+  fn clear_done(&mut self, c: Box<Clearing>) {
+    self.spent.push(c.map);
+    self.clear_begun = false;
   }
 
   /// The next piece: its blocks out of `len`, moved past.
@@ -313,6 +346,8 @@ impl Index {
       key: w,
       engine: LocMap::default(),
       needs_recovery: false,
+      clearing: None,
+      events: 0,
     });
     self.slots.insert(w, s);
     s
@@ -325,6 +360,7 @@ impl Index {
     match ev {
       KvEvent::Stored(s) => self.store(slot, StoredBlocks::of(s), XXH3_SEED, |_| None),
       KvEvent::Removed(r) => {
+        self.begin(slot);
         self.remove(slot, &r.block_hashes);
         Ok(())
       }
@@ -360,6 +396,10 @@ impl Index {
         let Some(mut r) = p.store.take() else {
           return Ok(false);
         };
+        if r.at != self.workers[slot as usize].events && !self.resume_store(slot, s, &mut r, p.next)
+        {
+          return Ok(false);
+        }
         let range = p.take(s.block_hashes.len());
         self.store_run(slot, s, &mut r, range);
         if p.more(s.block_hashes.len()) {
@@ -370,6 +410,10 @@ impl Index {
         Ok(false)
       }
       KvEvent::Removed(ev) => {
+        if !p.started {
+          p.started = true;
+          self.begin(slot);
+        }
         let range = p.take(ev.block_hashes.len());
         self.remove(slot, &ev.block_hashes[range]);
         Ok(p.more(ev.block_hashes.len()))
@@ -387,23 +431,66 @@ impl Index {
   /// `CLEAR_PLACES` places of it per block of a piece, so a reader sees the worker's blocks go an
   /// edge at a time.
   fn clear_piece(&mut self, slot: u32, p: &mut Piecewise<'_>) -> bool {
-    if p.clearing.is_none() {
-      p.clearing = Some(self.start_clear(slot));
+    let ws = &mut self.workers[slot as usize];
+    if !p.clear_begun {
+      p.clear_begun = true;
+      ws.events = ws.events.wrapping_add(1);
+      // A clear left under way goes on: its end is this one's.
+      if ws.clearing.is_none() {
+        ws.clearing = Some(Clearing::of(&mut ws.engine));
+      }
     }
-    let c = p.clearing.as_mut().expect("started above");
-    let more = self.clear_places(slot, c, CLEAR_PLACES * p.blocks);
-    if !more {
-      p.next_clear();
+    let Some(mut c) = ws.clearing.take() else {
+      // Finished by another event of the worker in between.
+      p.clear_begun = false;
+      return false;
+    };
+    let more = self.clear_places(slot, &mut c, CLEAR_PLACES * p.blocks);
+    if more {
+      self.workers[slot as usize].clearing = Some(c);
+    } else {
+      p.clear_done(c);
     }
     more
   }
 
-  /// A clear of the worker begun: its engine map taken out.
-  fn start_clear(&mut self, slot: u32) -> Clearing {
-    Clearing {
-      map: std::mem::take(&mut self.workers[slot as usize].engine),
-      next: 0,
-      done: Default::default(),
+  /// An event of the worker begins: a clear of it left under way is finished first (a caller
+  /// stopped applying its pieces), and its event count moves on.
+  fn begin(&mut self, slot: u32) {
+    let ws = &mut self.workers[slot as usize];
+    ws.events = ws.events.wrapping_add(1);
+    if let Some(mut c) = ws.clearing.take() {
+      self.clear_places(slot, &mut c, usize::MAX);
+    }
+  }
+
+  /// A store applied a piece at a time had another event of its worker applied since its last
+  /// piece: it goes on from its last block stored (block `next - 1`) where the worker now holds
+  /// it. False, the rest dropped as a store with an unknown parent, when it no longer holds it.
+  fn resume_store(
+    &mut self,
+    slot: u32,
+    s: StoredBlocks<'_>,
+    r: &mut StoreResume,
+    next: usize,
+  ) -> bool {
+    let ws = &self.workers[slot as usize];
+    r.at = ws.events;
+    let Some(last) = next.checked_sub(1) else {
+      return true;
+    };
+    let now = ws.engine.get(s.block_hashes[last]).map(unloc);
+    match now {
+      Some((e, o)) if self.edges[e as usize].keys[o as usize] == r.keys[last] => {
+        r.cur = Some((e, o));
+        true
+      }
+      _ => {
+        self.drop_event(DropReason::UnknownParent, 1);
+        self.workers[slot as usize].needs_recovery = true;
+        self.scratch_keys = std::mem::take(&mut r.keys);
+        false
+      }
     }
   }
 
@@ -414,10 +501,11 @@ impl Index {
     let end = c.next.saturating_add(places).min(c.map.places());
     let mut touched = Vec::new();
     for l in c.map.locs_at(c.next..end) {
-      self.memberships -= 1;
       let e = unloc(l).0;
       if c.done.insert(e) {
-        self.edges[e as usize].remove_all(slot);
+        let held = self.edges[e as usize].remove_all(slot) as u64;
+        self.memberships -= held;
+        c.held -= held;
         touched.push(e);
       }
     }
@@ -427,6 +515,7 @@ impl Index {
     }
     let more = end < c.map.places();
     if !more {
+      debug_assert_eq!(c.held, 0, "engine map and holders disagree");
       self.workers[slot as usize].needs_recovery = false;
     }
     more
@@ -467,6 +556,7 @@ impl Index {
   /// Applies a removed event given as its block hashes: as `apply` would.
   pub fn remove_blocks(&mut self, w: WorkerKey, block_hashes: &[u64]) {
     let slot = self.slot(w);
+    self.begin(slot);
     self.remove(slot, block_hashes);
   }
 
@@ -534,6 +624,7 @@ impl Index {
     seed: u64,
     parent_elsewhere: impl FnOnce(u64) -> Option<u64>,
   ) -> KvResult<Option<StoreResume>> {
+    self.begin(slot);
     let layout = check_layout(
       s.block_hashes.len(),
       s.token_ids.len(),
@@ -583,6 +674,7 @@ impl Index {
       cur,
       prev_key,
       keys,
+      at: self.workers[slot as usize].events,
     }))
   }
 
@@ -821,7 +913,8 @@ impl Index {
 
   /// The worker's clear as one step (a clear a piece at a time is `clear_piece`).
   fn clear_slot(&mut self, slot: u32) {
-    let mut c = self.start_clear(slot);
+    self.begin(slot);
+    let mut c = Clearing::of(&mut self.workers[slot as usize].engine);
     self.clear_places(slot, &mut c, usize::MAX);
   }
 
@@ -833,11 +926,12 @@ impl Index {
       .is_some_and(|&s| self.workers[s as usize].needs_recovery)
   }
 
+  /// The blocks the worker holds (a clear under way counts those it has not reached).
   pub fn worker_blocks(&self, w: WorkerKey) -> u64 {
     self
       .slots
       .get(&w)
-      .map_or(0, |&s| self.workers[s as usize].engine.len() as u64)
+      .map_or(0, |&s| self.workers[s as usize].blocks())
   }
 
   /// Per worker, the blocks it holds without their parent (an inner removal orphaned them):
@@ -890,7 +984,7 @@ impl Index {
         .zip(unreachable)
         .map(|(w, unreachable_blocks)| WorkerStats {
           worker: w.key,
-          blocks: w.engine.len() as u64,
+          blocks: w.blocks(),
           unreachable_blocks,
           needs_recovery: w.needs_recovery,
         })

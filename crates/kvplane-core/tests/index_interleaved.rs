@@ -1,0 +1,235 @@
+//! Events of one worker interleaved between the pieces of another (`Piecewise`), as a caller
+//! outside `Shared`'s writer turns could apply them: the index stays whole. A clear left halfway
+//! is finished by the worker's next event; a store goes on from its last block stored, or is
+//! dropped as a store with an unknown parent when the worker no longer holds that block. Between
+//! the pieces of a clear, the figures count what the worker still holds.
+
+use kvplane_core::event::{KvEvent, RemovedEvent, StoredEvent};
+use kvplane_core::hash::hash_blocks;
+use kvplane_core::hash::{Algo, HashOptions};
+use kvplane_core::index::{Index, IndexConfig, IndexStats, MatchOptions, Piecewise, WorkerKey};
+
+const BS: usize = 2;
+
+fn worker(w: u64) -> WorkerKey {
+  WorkerKey {
+    worker_id: w,
+    dp_rank: 0,
+  }
+}
+
+/// A stored event: blocks with engine ids `ids` and one token pair each from `content`.
+fn stored(parent: Option<u64>, ids: &[u64], content: u32) -> KvEvent {
+  KvEvent::Stored(StoredEvent {
+    parent_block_hash: parent,
+    block_hashes: ids.to_vec(),
+    token_ids: (0..(ids.len() * BS) as u32)
+      .map(|t| content * 1000 + t)
+      .collect(),
+    block_size: BS as u32,
+    ..Default::default()
+  })
+}
+
+fn removed(ids: &[u64]) -> KvEvent {
+  KvEvent::Removed(RemovedEvent {
+    block_hashes: ids.to_vec(),
+    ..Default::default()
+  })
+}
+
+fn apply(index: &mut Index, w: u64, ev: &KvEvent) {
+  index.apply(worker(w), ev).unwrap();
+}
+
+/// Applies the rest of `p`.
+fn finish(index: &mut Index, p: &mut Piecewise<'_>) {
+  while index.apply_piece(p).unwrap() {}
+}
+
+/// Figures without heap bytes (lists grown in pieces can keep more capacity).
+fn figures(index: &Index) -> IndexStats {
+  let mut s = index.stats();
+  s.bytes = 0;
+  s
+}
+
+/// Per worker, how many leading blocks of each of `chains` (token lists) it holds.
+fn matches(index: &Index, chains: &[Vec<u32>]) -> Vec<Vec<(WorkerKey, u32)>> {
+  let opts = HashOptions::new(Algo::Xxh3, BS);
+  chains
+    .iter()
+    .map(|t| {
+      let keys = hash_blocks(t, &opts, false).unwrap().hashes;
+      let mut m: Vec<_> = index
+        .find_matches(&keys, &MatchOptions::default())
+        .scores
+        .into_iter()
+        .collect();
+      m.sort();
+      m
+    })
+    .collect()
+}
+
+/// Worker 1 holds 100 root chains of 2 blocks (ids 1000..1200), worker 2 the first 50 of them.
+fn two_workers() -> (Index, Vec<Vec<u32>>) {
+  let mut index = Index::new(IndexConfig::default());
+  let mut chains = Vec::new();
+  for c in 0..100u32 {
+    let ids = [1000 + 2 * c as u64, 1001 + 2 * c as u64];
+    let ev = stored(None, &ids, c);
+    apply(&mut index, 1, &ev);
+    if c < 50 {
+      apply(&mut index, 2, &ev);
+    }
+    let KvEvent::Stored(s) = ev else {
+      unreachable!()
+    };
+    chains.push(s.token_ids);
+  }
+  (index, chains)
+}
+
+/// The figures' own agreement: memberships are the workers' blocks, and no worker holds more
+/// blocks unreachable than it holds.
+fn check_figures(s: &IndexStats) {
+  let held: u64 = s.per_worker.iter().map(|w| w.blocks).sum();
+  assert_eq!(
+    s.memberships, held,
+    "memberships against the workers' blocks"
+  );
+  for w in &s.per_worker {
+    assert!(w.unreachable_blocks <= w.blocks, "{w:?}");
+  }
+}
+
+#[test]
+fn between_the_pieces_of_a_clear_the_figures_count_what_the_worker_still_holds() {
+  let (mut index, chains) = two_workers();
+  let clear = KvEvent::Cleared;
+  let mut p = Piecewise::new(worker(1), &clear, 1);
+  let mut seen = vec![200];
+  while index.apply_piece(&mut p).unwrap() {
+    let s = figures(&index);
+    check_figures(&s);
+    assert_eq!(s.per_worker[1].blocks, 100, "the other worker untouched");
+    assert_eq!(index.worker_blocks(worker(1)), s.per_worker[0].blocks);
+    seen.push(s.per_worker[0].blocks);
+  }
+  seen.push(figures(&index).per_worker[0].blocks);
+  assert!(
+    seen.len() > 10,
+    "a clear of 200 blocks in many pieces: {seen:?}"
+  );
+  assert!(seen.windows(2).all(|w| w[1] <= w[0]), "{seen:?}");
+  assert!(seen[1..seen.len() - 1].iter().any(|&b| 0 < b && b < 200));
+  assert_eq!(*seen.last().unwrap(), 0);
+  let s = figures(&index);
+  assert_eq!((s.memberships, s.blocks), (100, 100));
+  assert_eq!(matches(&index, &chains[..1])[0], vec![(worker(2), 2)]);
+}
+
+#[test]
+fn a_clear_left_halfway_is_finished_by_the_workers_next_event() {
+  let next_events = [
+    ("a store", stored(None, &[7, 8], 500)),
+    ("a removal", removed(&[1000, 1199])),
+    ("a clear", KvEvent::Cleared),
+  ];
+  for (what, next) in &next_events {
+    for whole in [true, false] {
+      let (mut index, chains) = two_workers();
+      let clear = KvEvent::Cleared;
+      let mut p = Piecewise::new(worker(1), &clear, 1);
+      for _ in 0..3 {
+        assert!(index.apply_piece(&mut p).unwrap());
+      }
+      drop(p);
+      if whole {
+        apply(&mut index, 1, next);
+      } else {
+        finish(&mut index, &mut Piecewise::new(worker(1), next, 1));
+      }
+      // The same as the clear applied whole before the event.
+      let (mut expected, _) = two_workers();
+      apply(&mut expected, 1, &KvEvent::Cleared);
+      apply(&mut expected, 1, next);
+      let how = if whole { "whole" } else { "in pieces" };
+      assert_eq!(figures(&index), figures(&expected), "{what} {how}");
+      check_figures(&figures(&index));
+      assert_eq!(matches(&index, &chains), matches(&expected, &chains));
+    }
+  }
+}
+
+/// Worker 1 holds chain P (ids 1, 2) and chain Q (id 3); then stores S (ids 11..16) after P's
+/// last block, in pieces of 2 blocks, with `between` applied after its first piece.
+fn store_with_between(between: &KvEvent) -> Index {
+  let mut index = Index::new(IndexConfig::default());
+  apply(&mut index, 1, &stored(None, &[1, 2], 1));
+  apply(&mut index, 1, &stored(None, &[3], 2));
+  let s = stored(Some(2), &[11, 12, 13, 14, 15, 16], 3);
+  let mut p = Piecewise::new(worker(1), &s, 2);
+  assert!(index.apply_piece(&mut p).unwrap());
+  apply(&mut index, 1, between);
+  finish(&mut index, &mut p);
+  index
+}
+
+fn drop_count(s: &IndexStats, name: &str) -> u64 {
+  s.drops.iter().find(|d| d.0.name() == name).unwrap().1
+}
+
+#[test]
+fn a_store_goes_on_from_its_last_block_after_another_event_of_its_worker() {
+  // Block 3 is not on the store's way: the store ends as if it had come first.
+  let index = store_with_between(&removed(&[3]));
+  let mut expected = Index::new(IndexConfig::default());
+  apply(&mut expected, 1, &stored(None, &[1, 2], 1));
+  apply(&mut expected, 1, &stored(None, &[3], 2));
+  apply(
+    &mut expected,
+    1,
+    &stored(Some(2), &[11, 12, 13, 14, 15, 16], 3),
+  );
+  apply(&mut expected, 1, &removed(&[3]));
+  assert_eq!(figures(&index), figures(&expected));
+  assert_eq!(index.worker_blocks(worker(1)), 8);
+  assert!(!index.needs_recovery(worker(1)));
+}
+
+#[test]
+fn a_store_whose_last_block_went_between_its_pieces_drops_the_rest_as_an_unknown_parent() {
+  for between in [removed(&[12]), KvEvent::Cleared] {
+    let index = store_with_between(&between);
+    // What an engine would have sent: the first two blocks, the event between, then the rest
+    // after block 12.
+    let mut expected = Index::new(IndexConfig::default());
+    apply(&mut expected, 1, &stored(None, &[1, 2], 1));
+    apply(&mut expected, 1, &stored(None, &[3], 2));
+    let whole = stored(Some(2), &[11, 12, 13, 14, 15, 16], 3);
+    let KvEvent::Stored(w) = &whole else {
+      unreachable!()
+    };
+    let first = KvEvent::Stored(StoredEvent {
+      block_hashes: w.block_hashes[..2].to_vec(),
+      token_ids: w.token_ids[..2 * BS].to_vec(),
+      ..w.clone()
+    });
+    let rest = KvEvent::Stored(StoredEvent {
+      parent_block_hash: Some(12),
+      block_hashes: w.block_hashes[2..].to_vec(),
+      token_ids: w.token_ids[2 * BS..].to_vec(),
+      ..w.clone()
+    });
+    apply(&mut expected, 1, &first);
+    apply(&mut expected, 1, &between);
+    apply(&mut expected, 1, &rest);
+    let s = figures(&index);
+    assert_eq!(s, figures(&expected), "{between:?}");
+    assert_eq!(drop_count(&s, "unknown_parent"), 1);
+    assert!(index.needs_recovery(worker(1)));
+    check_figures(&s);
+  }
+}
