@@ -72,6 +72,23 @@ fn matches(index: &Index, chains: &[Vec<u32>]) -> Vec<Vec<(WorkerKey, u32)>> {
     .collect()
 }
 
+/// The tree sizes given for `w` by the queries of `chains` that match it.
+fn tree_sizes_of(index: &Index, chains: &[Vec<u32>], w: WorkerKey) -> Vec<u64> {
+  let opts = HashOptions::new(Algo::Xxh3, BS);
+  chains
+    .iter()
+    .flat_map(|t| {
+      let keys = hash_blocks(t, &opts, false).unwrap().hashes;
+      index
+        .find_matches(&keys, &MatchOptions::default())
+        .tree_sizes
+        .into_iter()
+        .filter(move |(k, _)| *k == w)
+        .map(|(_, n)| n)
+    })
+    .collect()
+}
+
 /// Worker 1 holds 100 root chains of 2 blocks (ids 1000..1200), worker 2 the first 50 of them.
 fn two_workers() -> (Index, Vec<Vec<u32>>) {
   let mut index = Index::new(IndexConfig::default());
@@ -115,6 +132,13 @@ fn between_the_pieces_of_a_clear_the_figures_count_what_the_worker_still_holds()
     check_figures(&s);
     assert_eq!(s.per_worker[1].blocks, 100, "the other worker untouched");
     assert_eq!(index.worker_blocks(worker(1)), s.per_worker[0].blocks);
+    // A query that still matches the worker gives the same tree size.
+    let sizes = tree_sizes_of(&index, &chains, worker(1));
+    assert_eq!(sizes.is_empty(), s.per_worker[0].blocks == 0);
+    assert!(
+      sizes.iter().all(|&n| n == s.per_worker[0].blocks),
+      "{sizes:?}"
+    );
     seen.push(s.per_worker[0].blocks);
   }
   seen.push(figures(&index).per_worker[0].blocks);

@@ -249,7 +249,7 @@ impl Index {
     for &s in &answered {
       let w = &self.workers[s as usize];
       out.scores.push((w.key, score[s as usize]));
-      out.tree_sizes.push((w.key, w.engine.len() as u64));
+      out.tree_sizes.push((w.key, w.blocks()));
     }
     SCRATCH.set(Scratch {
       score,
