@@ -2,6 +2,7 @@ import type { HashBlocksOptions as NativeHashBlocksOptions } from '../index.js';
 import { type AbortOptions, abortable } from './abort.js';
 import { awaitNative, callNative, invalidArg } from './errors.js';
 import native from './native.js';
+import { nativeTokens } from './tokens.js';
 
 /** Block hashing algorithms, as docs/protocol.md#block-hashing names them. */
 export type HashAlgo =
@@ -94,7 +95,7 @@ const OPTION_KEYS: ReadonlySet<string> = new Set([
 function nativeArgs(
   tokens: Tokens,
   options: HashBlocksOptions,
-): [Uint32Array | number[], NativeHashBlocksOptions, boolean] {
+): [Uint32Array | Float64Array, NativeHashBlocksOptions, boolean] {
   if (typeof options !== 'object' || options === null) invalidArg('options must be an object');
   // A misspelt option would silently change the hash: refuse unknown keys.
   for (const key of Object.keys(options)) {
@@ -102,13 +103,7 @@ function nativeArgs(
   }
   const { digests = false, ...rest } = options;
   if (typeof digests !== 'boolean') invalidArg('digests must be a boolean');
-  const toks =
-    tokens instanceof Uint32Array
-      ? tokens
-      : Array.isArray(tokens)
-        ? (tokens as number[])
-        : invalidArg('tokens must be a Uint32Array or an array of numbers');
-  return [toks, rest as NativeHashBlocksOptions, digests];
+  return [nativeTokens(tokens), rest as NativeHashBlocksOptions, digests];
 }
 
 /**

@@ -7,6 +7,7 @@ import { columnArgs, type EventColumns, type KvEventBatch, type KvEventBatchOut,
 import type { HashBlocksOptions } from './hash.js';
 import { matchesCount, matchesLayout } from './layout.js';
 import native from './native.js';
+import { nativeTokens } from './tokens.js';
 
 export interface LocalIndexerOptions {
   /** Tokens per KV block; used to hash `findMatches` token queries. */
@@ -409,8 +410,8 @@ export class LocalIndexer {
     query: Uint32Array | readonly number[] | { seqHashes: BigUint64Array },
     options: FindMatchesOptions = {},
   ): Matches {
-    let q: Uint32Array | BigUint64Array | number[];
-    if (query instanceof Uint32Array || Array.isArray(query)) q = query as Uint32Array | number[];
+    let q: Uint32Array | BigUint64Array | Float64Array;
+    if (query instanceof Uint32Array || Array.isArray(query)) q = nativeTokens(query, 'query');
     else if (
       typeof query === 'object' &&
       query !== null &&

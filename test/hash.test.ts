@@ -176,6 +176,16 @@ describe('bad input throws KvPlaneError', () => {
       () => hashBlocks(t, { algo: 'sglang_sha256', blockSize: 16, digests: 1 as unknown as boolean }),
     ],
     ['unsafe integer extra key', () => hashBlocks(t, { algo: 'vllm_sha256', blockSize: 16, extraKeys: [2 ** 60] })],
+    // Non-numbers are refused, not coerced ("7" and true would hash as 7 and 1).
+    ['a string token', () => hashBlocks([1, '7'] as unknown as number[], { blockSize: 1 })],
+    ['a boolean token', () => hashBlocks([true] as unknown as number[], { blockSize: 1 })],
+    ['a null token', () => hashBlocks([null] as unknown as number[], { blockSize: 1 })],
+    // biome-ignore lint/suspicious/noSparseArray: a hole is what is tested
+    ['a missing token', () => hashBlocks([1, , 3] as unknown as number[], { blockSize: 1 })],
+    [
+      'tokens neither an array nor a Uint32Array',
+      () => hashBlocks(new Int32Array(2) as unknown as number[], { blockSize: 1 }),
+    ],
     ['toInt64 of a negative', () => toInt64(-1n)],
     ['toUint64 below -2^63', () => toUint64(-(2n ** 63n) - 1n)],
   ];

@@ -39,6 +39,12 @@ describe('LocalIndexer', () => {
     // the same query given as chained hashes
     const seqHashes = hashBlocks(tokens(8), { algo: 'xxh3', blockSize: BS });
     expect(byWorker(ix.findMatches({ seqHashes }))).toEqual({ '7/0': 6, '7/1': 2 });
+    // the same query as plain numbers; a number that is not a token id, or a non-number, refused
+    expect(byWorker(ix.findMatches([...tokens(8)]))).toEqual({ '7/0': 6, '7/1': 2 });
+    expect(() => ix.findMatches([1, 2.5])).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    expect(() => ix.findMatches([1, null] as unknown as number[])).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG', message: 'query: token at index 1 is null, not a number' }),
+    );
     // a worker filter
     expect(byWorker(ix.findMatches(tokens(8), { workers: [{ workerId: 7n, dpRank: 1 }] }))).toEqual({ '7/1': 2 });
   });

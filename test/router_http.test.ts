@@ -64,6 +64,10 @@ describe('kvplane indexer HTTP API: bad input', () => {
       ['POST', '/query', JSON.stringify({ token_ids: [1, 2 ** 32], model_name: 'm' }), 422],
       ['POST', '/query', JSON.stringify({ token_ids: [1.5], model_name: 'm' }), 422],
       ['POST', '/query', JSON.stringify({ token_ids: 'abc', model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: [1, '2'], model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: [1, null], model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: [true], model_name: 'm' }), 422],
+      ['POST', '/query', JSON.stringify({ token_ids: [[1]], model_name: 'm' }), 422],
       ['POST', '/query', JSON.stringify({ model_name: 'm' }), 422],
       ['POST', '/query', JSON.stringify({ token_ids: [1], model_name: 'm', lora_name: 7 }), 422],
       ['POST', '/query_by_hash', JSON.stringify({ block_hashes: [1], model_name: 'm', cache_salt: 's' }), 400],
@@ -114,6 +118,12 @@ describe('kvplane indexer HTTP API: bad input', () => {
     expect(() => new RouterIndex({ blockSize: 0 })).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
     const r = new RouterIndex({ blockSize: 4 });
     expect(() => r.findMatches([1, -1])).toThrow(expect.objectContaining({ code: 'ERR_INVALID_ARG' }));
+    expect(() => r.findMatches([1, '2'] as unknown as number[])).toThrow(
+      expect.objectContaining({
+        code: 'ERR_INVALID_ARG',
+        message: 'tokens: token at index 1 is a string, not a number',
+      }),
+    );
     expect(() => r.applyPayload(1n, Buffer.from([0xc1]), 'vllm')).toThrow(
       expect.objectContaining({ code: 'ERR_DECODE' }),
     );

@@ -4,6 +4,7 @@ import { type AbortOptions, runThenAbortable } from '../abort.js';
 import type { Dialect } from '../codec.js';
 import { callNative, invalidArg, KvPlaneError } from '../errors.js';
 import native from '../native.js';
+import { nativeTokens } from '../tokens.js';
 import type { FindMatchesRequest, RouterMatches } from './matches.js';
 import { GrpcSubscription, type GrpcSubscriptionOptions } from './subscriptions/grpc.js';
 import type { RecoveryKind, RouterTarget, Subscription, SubscriptionStats } from './subscriptions/subscription.js';
@@ -118,9 +119,8 @@ export class RouterIndex extends EventEmitter<RouterIndexEvents> {
   /** Per worker holding the request's first block: how many leading blocks it holds, by tier. */
   findMatches(tokens: Uint32Array | readonly number[], req: FindMatchesRequest = {}): RouterMatches {
     const n = this.#open();
-    if (!(tokens instanceof Uint32Array) && !Array.isArray(tokens))
-      invalidArg('tokens: a Uint32Array or an array of token ids');
-    return callNative(() => n.query(tokens as Uint32Array | number[], req.loraName ?? null, req.cacheSalt ?? null));
+    const toks = nativeTokens(tokens);
+    return callNative(() => n.query(toks, req.loraName ?? null, req.cacheSalt ?? null));
   }
 
   /**

@@ -340,7 +340,7 @@ impl NativeLocalIndexer {
   pub fn find_matches<'env>(
     &self,
     env: &'env Env,
-    query: Either3<Uint32Array, BigUint64Array, Vec<f64>>,
+    query: Either3<Uint32Array, BigUint64Array, Float64Array>,
     workers: Option<Vec<BigInt>>,
     dp_ranks: Option<Vec<u32>>,
     early_exit: Option<bool>,

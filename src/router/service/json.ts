@@ -1,5 +1,6 @@
 import { callNative, KvPlaneError } from '../../errors.js';
 import native from '../../native.js';
+import { nativeTokens } from '../../tokens.js';
 
 export { jsonExact } from '../../json.js';
 
@@ -136,7 +137,7 @@ export class Fields {
     if (!this.has(name)) this.#missing(name);
     const v = this.body[name];
     if (!Array.isArray(v)) this.#bad(name, 'a sequence of u32');
-    return badInputAs(422, () => callNative(() => native.tokenIds(v as number[])));
+    return badInputAs(422, () => callNative(() => native.tokenIds(nativeTokens(v, name))));
   }
 
   /** An array of i64s (Dynamo's hash wire form), as their u64 bit patterns. */
