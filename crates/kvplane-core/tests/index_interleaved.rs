@@ -142,9 +142,10 @@ fn between_the_pieces_of_a_clear_the_figures_count_what_the_worker_still_holds()
     seen.push(s.per_worker[0].blocks);
   }
   seen.push(figures(&index).per_worker[0].blocks);
+  // 16 entries of the worker's map a piece (1-block pieces), each on an edge of 2 blocks.
   assert!(
-    seen.len() > 10,
-    "a clear of 200 blocks in many pieces: {seen:?}"
+    (5..=16).contains(&seen.len()),
+    "a clear of 200 blocks in pieces: {seen:?}"
   );
   assert!(seen.windows(2).all(|w| w[1] <= w[0]), "{seen:?}");
   assert!(seen[1..seen.len() - 1].iter().any(|&b| 0 < b && b < 200));
@@ -256,4 +257,40 @@ fn a_store_whose_last_block_went_between_its_pieces_drops_the_rest_as_an_unknown
     assert!(index.needs_recovery(worker(1)));
     check_figures(&s);
   }
+}
+
+/// Pieces a clear of worker 1 takes, a piece of 1 block at a time.
+fn clear_pieces(index: &mut Index) -> usize {
+  let clear = KvEvent::Cleared;
+  let mut p = Piecewise::new(worker(1), &clear, 1);
+  let mut pieces = 1;
+  while index.apply_piece(&mut p).unwrap() {
+    pieces += 1;
+  }
+  assert_eq!(index.worker_blocks(worker(1)), 0);
+  pieces
+}
+
+#[test]
+fn a_clear_takes_pieces_by_the_blocks_left_not_by_the_size_of_the_map() {
+  // One chain of 2,000 blocks is one edge: its first piece rids it of the worker, and the clear
+  // ends there, however many entries its map has left.
+  let mut index = Index::new(IndexConfig::default());
+  let ids: Vec<u64> = (1..=2000).collect();
+  apply(&mut index, 1, &stored(None, &ids, 1));
+  assert_eq!(clear_pieces(&mut index), 1);
+  assert_eq!(figures(&index).blocks, 0);
+
+  // 2,000 one-block chains, 1,900 of them removed: the map keeps the buckets of 2,000 entries,
+  // the clear takes pieces for the 100 left (16 a piece).
+  let mut index = Index::new(IndexConfig::default());
+  for c in 0..2000u64 {
+    apply(&mut index, 1, &stored(None, &[10_000 + c], c as u32));
+  }
+  let gone: Vec<u64> = (100..2000).map(|c| 10_000 + c).collect();
+  apply(&mut index, 1, &removed(&gone));
+  assert_eq!(index.worker_blocks(worker(1)), 100);
+  let pieces = clear_pieces(&mut index);
+  assert!((7..=9).contains(&pieces), "{pieces} pieces");
+  assert_eq!(figures(&index).blocks, 0);
 }

@@ -222,7 +222,7 @@ pub(crate) struct StoreResume {
 /// piece (`Shared::<Index>::apply`), so a query waits for one piece at most, not a whole event.
 /// Between two pieces a query sees the event's first blocks stored (or removed): the state the
 /// engine itself passed through, storing or freeing them one after another. A clear goes through
-/// the worker's engine map `CLEAR_PLACES` buckets per block of a piece, whole edges at a time.
+/// the worker's engine map `CLEAR_LOCS` entries per block of a piece, whole edges at a time.
 ///
 /// The index ends in the state applying the event whole gives, with the same drops counted.
 ///
@@ -251,7 +251,7 @@ pub struct Piecewise<'e> {
 }
 
 /// A worker's clear applied a piece at a time: its engine ids, taken out of its map, gone through
-/// `CLEAR_PLACES` places of that map per block of a piece; the edges already rid of the worker,
+/// `CLEAR_LOCS` entries of that map per block of a piece; the edges already rid of the worker,
 /// and how many blocks it still holds on the others.
 struct Clearing {
   map: LocMap,
@@ -260,10 +260,10 @@ struct Clearing {
   held: u64,
 }
 
-/// Places of a worker's engine map a piece of its clear goes through, per block of a piece (a
-/// bucket of up to 8 blocks each): with 4-block pieces, up to 64 blocks, each edge they are on
-/// rid of the worker at once.
-const CLEAR_PLACES: usize = 2;
+/// Entries of a worker's engine map a piece of its clear goes through, per block of a piece: with
+/// 4-block pieces, 64 blocks (and up to 7 more, to the end of a bucket), each edge they are on rid
+/// of the worker at once. A piece also stops after 8 places per entry, empty ones included.
+const CLEAR_LOCS: usize = 16;
 
 impl<'e> Piecewise<'e> {
   pub fn new(w: WorkerKey, ev: &'e KvEvent, blocks: usize) -> Piecewise<'e> {
@@ -428,7 +428,7 @@ impl Index {
 
   /// The next piece of the worker's clear; false once it is done. The first piece takes the
   /// worker's engine map out (it holds nothing from then on); each piece then goes through
-  /// `CLEAR_PLACES` places of it per block of a piece, so a reader sees the worker's blocks go an
+  /// `CLEAR_LOCS` of its entries per block of a piece, so a reader sees the worker's blocks go an
   /// edge at a time.
   fn clear_piece(&mut self, slot: u32, p: &mut Piecewise<'_>) -> bool {
     let ws = &mut self.workers[slot as usize];
@@ -445,7 +445,7 @@ impl Index {
       p.clear_begun = false;
       return false;
     };
-    let more = self.clear_places(slot, &mut c, CLEAR_PLACES * p.blocks);
+    let more = self.clear_places(slot, &mut c, CLEAR_LOCS * p.blocks);
     if more {
       self.workers[slot as usize].clearing = Some(c);
     } else {
@@ -494,26 +494,33 @@ impl Index {
     }
   }
 
-  /// Goes on with clear `c` through up to `places` places of the worker's map: each edge their
-  /// blocks are on rid of the worker at once, then cut back. False once the clear is done (the
-  /// worker's recovery mark dropped).
-  fn clear_places(&mut self, slot: u32, c: &mut Clearing, places: usize) -> bool {
-    let end = c.next.saturating_add(places).min(c.map.places());
+  /// Goes on with clear `c` through the worker's map, a place at a time, until `locs` entries
+  /// (or `8 * locs` places) were gone through: each edge their blocks are on rid of the worker at
+  /// once, then cut back. False once the clear is done (the worker's recovery mark dropped): its
+  /// blocks all gone, which can be long before the last place.
+  fn clear_places(&mut self, slot: u32, c: &mut Clearing, locs: usize) -> bool {
+    let places = c.map.places();
+    let (mut seen, mut scanned) = (0usize, 0usize);
     let mut touched = Vec::new();
-    for l in c.map.locs_at(c.next..end) {
-      let e = unloc(l).0;
-      if c.done.insert(e) {
-        let held = self.edges[e as usize].remove_all(slot) as u64;
-        self.memberships -= held;
-        c.held -= held;
-        touched.push(e);
+    while c.next < places && c.held > 0 && seen < locs && scanned < locs.saturating_mul(8) {
+      for l in c.map.locs_at(c.next..c.next + 1) {
+        seen += 1;
+        let e = unloc(l).0;
+        if c.done.insert(e) {
+          let held = self.edges[e as usize].remove_all(slot) as u64;
+          self.memberships -= held;
+          c.held -= held;
+          touched.push(e);
+        }
       }
+      c.next += 1;
+      scanned += 1;
     }
-    c.next = end;
     for e in touched {
       self.reclaim(e);
     }
-    let more = end < c.map.places();
+    // Done once every block is gone: the places left only name edges already rid of it.
+    let more = c.held > 0 && c.next < places;
     if !more {
       debug_assert_eq!(c.held, 0, "engine map and holders disagree");
       self.workers[slot as usize].needs_recovery = false;
