@@ -18,7 +18,7 @@ describe('panic safety', () => {
     const script = `
       const native = require(${loader});
       try { native.panicProbe('boom'); } catch (e) { console.log('caught', e.code, e.message); }
-      console.log('hashes', native.hashBlocks([1, 2, 3, 4], { blockSize: 2 }).length);
+      console.log('hashes', native.hashBlocks(new Uint32Array([1, 2, 3, 4]), { blockSize: 2 }).length);
     `;
     const r = runNode(script, { KVPLANE_TEST_HOOKS: '1', RUST_BACKTRACE: '0' });
     expect(r.status).toBe(0);
