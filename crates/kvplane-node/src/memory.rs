@@ -37,6 +37,15 @@ fn set_purge_delay() {
     // SAFETY: sets one of mimalloc's integer options, as its API allows at any time.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
   }
+  kvplane_zmq::set_on_pause(collect_here);
+}
+
+/// Hands the calling thread's free memory back to the OS at once, whatever the purge delay: the
+/// ZMQ link thread runs it when its work pauses (`kvplane_zmq::set_on_pause`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn collect_here() {
+  // SAFETY: releases only memory the allocator holds free, under its own locks.
+  unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
 /// Returns the allocators' free memory to the OS (mimalloc's collection of this library's memory,

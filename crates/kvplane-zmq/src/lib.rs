@@ -16,3 +16,4 @@ pub use endpoint::Endpoint;
 pub use gate::Stint;
 pub use link::{Apply, Deliver, Delivery, HandOff, Link, LinkOptions, LinkStats, Reader};
 pub use publisher::{Message, PubOptions, PubStats, Publisher};
+pub use runtime::set_on_pause;

@@ -498,6 +498,7 @@ async fn session<S: AsyncRead + AsyncWrite + Unpin>(
       }
     };
     if applied > 0 {
+      runtime::worked(applied);
       shared.timed(read_at.elapsed(), applied);
       // What the batch queued for a native publisher's subscribers goes out now, not once the
       // rest of the read buffer (hundreds of batches) has been applied: the publisher's writers

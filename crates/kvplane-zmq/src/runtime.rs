@@ -1,8 +1,36 @@
 //! The one thread every link runs on: a single-threaded tokio runtime, started on first use. One
 //! thread for all links keeps a router's ingest on one core and its index's lock uncontended.
+//!
+//! Once the thread's work pauses (batches were applied, then none for a second), it runs the
+//! binding's pause hook once (`set_on_pause`): the binding hands the allocator's free memory back
+//! there, on the thread that freed it and outside any lock. A collection from another thread
+//! does not reach the memory this thread's allocator heap keeps, and purging only after a delay
+//! (which the binding sets long, so that a steady stream never waits for it) would leave a
+//! router's ingest burst resident until the thread allocates again.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
+use std::time::Duration;
 use tokio::runtime::{Builder, Handle};
+
+/// What runs on the thread once its work pauses.
+static ON_PAUSE: OnceLock<fn()> = OnceLock::new();
+
+/// Batches applied on the thread, ever.
+static WORK: AtomicU64 = AtomicU64::new(0);
+
+/// How long without a batch applied makes a pause.
+const PAUSE: Duration = Duration::from_secs(1);
+
+/// Sets the pause hook (the first call wins).
+pub fn set_on_pause(f: fn()) {
+  let _ = ON_PAUSE.set(f);
+}
+
+/// Counts work done on the thread (`n` batches applied).
+pub(crate) fn worked(n: usize) {
+  WORK.fetch_add(n as u64, Relaxed);
+}
 
 pub fn handle() -> &'static Handle {
   static HANDLE: OnceLock<Handle> = OnceLock::new();
@@ -13,10 +41,30 @@ pub fn handle() -> &'static Handle {
       .build()
       .expect("a tokio runtime for kvplane's ZMQ links");
     let handle = rt.handle().clone();
+    handle.spawn(watch_pauses());
     std::thread::Builder::new()
       .name("kvplane-zmq".into())
       .spawn(move || rt.block_on(std::future::pending::<()>()))
       .expect("the kvplane-zmq thread");
     handle
   })
+}
+
+/// Runs the pause hook once after each stretch of work.
+async fn watch_pauses() {
+  let mut tick = tokio::time::interval(PAUSE);
+  tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+  let (mut seen, mut busy) = (0, false);
+  loop {
+    tick.tick().await;
+    let now = WORK.load(Relaxed);
+    if now != seen {
+      (seen, busy) = (now, true);
+    } else if busy {
+      busy = false;
+      if let Some(f) = ON_PAUSE.get() {
+        f();
+      }
+    }
+  }
 }
