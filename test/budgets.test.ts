@@ -143,9 +143,10 @@ describe('per-consumer byte budgets', () => {
         `(+${((before - settling) / MiB).toFixed(1)} MiB in the window before, with no subscriber)`,
     );
     expect(published).toBeGreaterThan(4 * 64); // far more than the HWM went out meanwhile
-    // 64 batches of at most 128 KiB, and room for the runtime's own swings (seen: -9 to +5 MiB).
-    // A subscriber holding what it does not read would add about 11 MB/s here.
-    expect(peak).toBeLessThan(64 * 128 * 1024 + 32 * MiB);
+    // 64 batches of at most 128 KiB, and room for the runtime's own swings: alone this reads +30
+    // MiB; with the rest of the suite on the same two vCPUs +12 to +42 MiB (CI runs of 11-27). A
+    // subscriber holding what it does not read would add about 11 MB/s here, 88 MB over the 8 s.
+    expect(peak).toBeLessThan(64 * 128 * 1024 + 40 * MiB);
   }, 60_000);
 
   it('/kv_recover of the whole log comes in bounded parts to 4 clients at once while the live stream keeps flowing', async () => {
