@@ -151,7 +151,7 @@ export declare class NativeRouterIndex {
   /** Drops every block of worker `worker_id` (only DP rank `rank` when given), in every tier. */
   clearWorker(workerId: bigint, rank?: number | undefined | null): void
   /** Token ids as a `Uint32Array`, or numbers (checked here: integers in 0..=2^32-1). */
-  query(tokens: Tokens, loraName?: string | undefined | null, cacheSalt?: string | undefined | null): RouterMatchesOut
+  query(tokens: Uint32Array | Float64Array, loraName?: string | undefined | null, cacheSalt?: string | undefined | null): RouterMatchesOut
   /** A query given as the blocks' unchained content hashes (namespace included). */
   queryByHash(hashes: BigUint64Array): RouterMatchesOut
   dump(workerId?: bigint | undefined | null): Array<RouterDumpSegmentOut>
@@ -363,10 +363,10 @@ export interface EventOut {
 export declare function getLoadsRequest(): Buffer
 
 /** Chained hashes of every full block of `tokens`. */
-export declare function hashBlocks(tokens: Tokens, options: HashBlocksOptions): BigUint64Array
+export declare function hashBlocks(tokens: Uint32Array | Float64Array, options: HashBlocksOptions): BigUint64Array
 
 /** `hashBlocks` off the JS thread (for bulk inputs); resolves to hashes and, if asked, digests. */
-export declare function hashBlocksAsync(tokens: Tokens, options: HashBlocksOptions, digests: boolean): Promise<HashedBlocks>
+export declare function hashBlocksAsync(tokens: Uint32Array | Float64Array, options: HashBlocksOptions, digests: boolean): Promise<HashedBlocks>
 
 /** Options of `hashBlocks`; see the TypeScript wrapper for their meaning. */
 export interface HashBlocksOptions {
@@ -383,7 +383,7 @@ export interface HashBlocksOptions {
 }
 
 /** Chained hashes of every full block of `tokens`, with the raw digests. */
-export declare function hashBlocksWithDigests(tokens: Tokens, options: HashBlocksOptions): HashedBlocks
+export declare function hashBlocksWithDigests(tokens: Uint32Array | Float64Array, options: HashBlocksOptions): HashedBlocks
 
 /** Byte-string block hashes as the engine sent them. */
 export interface HashBytesIn {
@@ -612,7 +612,7 @@ export declare function toInt64(value: bigint): bigint
  * Token ids as a `Uint32Array`: numbers checked by the core (integers in 0..=2^32-1), a
  * `Uint32Array` passed through.
  */
-export declare function tokenIds(tokens: Tokens): Uint32Array
+export declare function tokenIds(tokens: Uint32Array | Float64Array): Uint32Array
 
 /** Unsigned view of a signed 64-bit hash. */
 export declare function toUint64(value: bigint): bigint

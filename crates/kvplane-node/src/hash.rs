@@ -75,12 +75,12 @@ pub(crate) fn core_options(o: &HashBlocksOptions) -> KvResult<HashOptions> {
   Ok(opts)
 }
 
-/// Token ids as JS passes them: a `Uint32Array`, or numbers copied into a `Float64Array` (read
-/// whole, not element by element: src/tokens.ts).
-pub(crate) type Tokens = Either<Uint32Array, Float64Array>;
-
-/// Token ids as given: a `Uint32Array` borrowed, or numbers checked by the core.
-pub(crate) fn tokens_of(tokens: &Tokens) -> KvResult<std::borrow::Cow<'_, [u32]>> {
+/// Token ids as given: a `Uint32Array` borrowed, or numbers checked by the core. JS passes numbers
+/// copied into a `Float64Array`, read whole, not element by element (src/tokens.ts). Signatures
+/// spell the `Either` out: the generated typings do not resolve a type alias.
+pub(crate) fn tokens_of(
+  tokens: &Either<Uint32Array, Float64Array>,
+) -> KvResult<std::borrow::Cow<'_, [u32]>> {
   Ok(match tokens {
     Either::A(t) => std::borrow::Cow::Borrowed(t.as_ref()),
     Either::B(v) => std::borrow::Cow::Owned(hash::tokens_from_f64(v)?),
@@ -99,7 +99,7 @@ fn to_hashed(out: BlockHashes) -> HashedBlocks {
 #[napi(ts_return_type = "BigUint64Array")]
 pub fn hash_blocks<'env>(
   env: &'env Env,
-  tokens: Tokens,
+  tokens: Either<Uint32Array, Float64Array>,
   options: HashBlocksOptions,
 ) -> Result<Unknown<'env>, Code> {
   let hashes = guard_js(|| {
@@ -113,7 +113,7 @@ pub fn hash_blocks<'env>(
 /// Chained hashes of every full block of `tokens`, with the raw digests.
 #[napi]
 pub fn hash_blocks_with_digests(
-  tokens: Tokens,
+  tokens: Either<Uint32Array, Float64Array>,
   options: HashBlocksOptions,
 ) -> Result<HashedBlocks, Code> {
   guard_js(|| {
@@ -148,7 +148,7 @@ impl CoreWork for HashWork {
 /// `hashBlocks` off the JS thread (for bulk inputs); resolves to hashes and, if asked, digests.
 #[napi(ts_return_type = "Promise<HashedBlocks>")]
 pub fn hash_blocks_async(
-  tokens: Tokens,
+  tokens: Either<Uint32Array, Float64Array>,
   options: HashBlocksOptions,
   digests: bool,
 ) -> Result<AsyncTask<Coded<HashWork>>, Code> {
@@ -195,7 +195,7 @@ pub fn trtllm_cache_salt_id(salt: String, hash: Option<String>) -> Result<BigInt
 /// Token ids as a `Uint32Array`: numbers checked by the core (integers in 0..=2^32-1), a
 /// `Uint32Array` passed through.
 #[napi]
-pub fn token_ids(tokens: Tokens) -> Result<Uint32Array, Code> {
+pub fn token_ids(tokens: Either<Uint32Array, Float64Array>) -> Result<Uint32Array, Code> {
   guard_js(|| {
     Ok(match tokens {
       Either::A(t) => t,

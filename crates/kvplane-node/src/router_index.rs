@@ -3,7 +3,7 @@
 
 use crate::convert::bigint_u64;
 use crate::error::{guard_js, Code};
-use crate::hash::{tokens_of, Tokens};
+use crate::hash::tokens_of;
 use crate::outputs::DropCount;
 use kvplane_core::codec::Dialect;
 use kvplane_core::router::{Numbered, QueryAnswer, RouterIndex};
@@ -213,7 +213,7 @@ impl NativeRouterIndex {
   #[napi]
   pub fn query(
     &self,
-    tokens: Tokens,
+    tokens: Either<Uint32Array, Float64Array>,
     lora_name: Option<String>,
     cache_salt: Option<String>,
   ) -> Result<RouterMatchesOut, Code> {
