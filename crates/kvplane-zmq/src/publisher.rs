@@ -316,6 +316,7 @@ async fn peer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, shared: 
     if write_messages(&mut w, &batch, &mut buf).await.is_err() {
       break;
     }
+    crate::runtime::worked(batch.len());
     peer.queue().writing = 0;
   }
   drop(reader);

@@ -1,12 +1,12 @@
 //! The one thread every link runs on: a single-threaded tokio runtime, started on first use. One
 //! thread for all links keeps a router's ingest on one core and its index's lock uncontended.
 //!
-//! Once the thread's work pauses (batches were applied, then none for a second), it runs the
-//! binding's pause hook once (`set_on_pause`): the binding hands the allocator's free memory back
-//! there, on the thread that freed it and outside any lock. A collection from another thread
-//! does not reach the memory this thread's allocator heap keeps, and purging only after a delay
-//! (which the binding sets long, so that a steady stream never waits for it) would leave a
-//! router's ingest burst resident until the thread allocates again.
+//! Once the thread's work pauses (batches were applied or messages sent, then none for a
+//! second), it runs the binding's pause hook once (`set_on_pause`): the binding hands the
+//! allocator's free memory back there, on the thread that freed it and outside any lock. A
+//! collection from another thread does not reach the memory this thread's allocator heap keeps,
+//! and purging only after a delay (which the binding sets long, so that a steady stream never
+//! waits for it) would leave a router's ingest burst resident until the thread allocates again.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -16,10 +16,10 @@ use tokio::runtime::{Builder, Handle};
 /// What runs on the thread once its work pauses.
 static ON_PAUSE: OnceLock<fn()> = OnceLock::new();
 
-/// Batches applied on the thread, ever.
+/// Batches applied and messages sent on the thread, ever.
 static WORK: AtomicU64 = AtomicU64::new(0);
 
-/// How long without a batch applied makes a pause.
+/// How long without a batch applied or a message sent makes a pause.
 const PAUSE: Duration = Duration::from_secs(1);
 
 /// Sets the pause hook (the first call wins).
@@ -27,7 +27,7 @@ pub fn set_on_pause(f: fn()) {
   let _ = ON_PAUSE.set(f);
 }
 
-/// Counts work done on the thread (`n` batches applied).
+/// Counts work done on the thread (`n` batches applied, or messages sent).
 pub(crate) fn worked(n: usize) {
   WORK.fetch_add(n as u64, Relaxed);
 }

@@ -1,6 +1,6 @@
 //! The link thread's pause hook (`set_on_pause`): run once on that thread after each stretch of
-//! batches applied, never while nothing is applied. The binding hands the allocator's free memory
-//! back there.
+//! batches applied (or messages sent by a publisher on it), never while nothing is done. The
+//! binding hands the allocator's free memory back there.
 
 use kvplane_zmq::{
   set_on_pause, Apply, Deliver, Delivery, Endpoint, HandOff, Link, LinkOptions, PubOptions,
@@ -77,6 +77,8 @@ fn the_pause_hook_runs_once_on_the_link_thread_after_each_stretch_of_work() {
   });
   std::thread::sleep(Duration::from_millis(100));
   until("the gate to open", || link.reopen(next));
+  // The pause after subscribing (the publisher's sends are work too) is over before counting.
+  std::thread::sleep(Duration::from_millis(2500));
   let before = PAUSES.load(Ordering::SeqCst);
   for stretch in 1..=2u64 {
     for _ in 0..100 {
