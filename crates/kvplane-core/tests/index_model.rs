@@ -3,7 +3,8 @@
 //! ranks) applied to the index and to a plain reference model. After every step `find_matches`
 //! must agree with the model for every query, and a tree dump applied to an empty index must
 //! reproduce the same matches. The same events applied a piece at a time (`Piecewise`) give the
-//! same state, and a reader between the pieces sees the model's state after the blocks applied.
+//! same state, and a reader between the pieces sees the model's state after the blocks applied,
+//! in its answers and in the index's figures.
 
 use kvplane_core::event::{KvEvent, RemovedEvent, StoredEvent};
 use kvplane_core::hash::{content_hash, seq_hash};
