@@ -120,8 +120,11 @@ export function hashBlocks(tokens: Tokens, options: HashBlocksOptions): BigUint6
   return callNative(() => (digests ? native.hashBlocksWithDigests(toks, opts) : native.hashBlocks(toks, opts)));
 }
 
-/** `hashBlocks` off the JS thread, for bulk inputs. Always resolves with the digests form. */
-export function hashBlocksAsync(tokens: Tokens, options: HashBlocksOptions & AbortOptions): Promise<HashDigests> {
+/**
+ * `hashBlocks` off the JS thread, for bulk inputs. Always resolves with the digests form; bad input
+ * rejects (the tokens are read before it returns).
+ */
+export async function hashBlocksAsync(tokens: Tokens, options: HashBlocksOptions & AbortOptions): Promise<HashDigests> {
   const { signal, ...hashing } = options;
   const [toks, opts, digests] = callNative(() => nativeArgs(tokens, hashing));
   return abortable(signal, () => awaitNative(() => native.hashBlocksAsync(toks, opts, digests)));

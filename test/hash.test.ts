@@ -204,5 +204,9 @@ describe('bad input throws KvPlaneError', () => {
 
   it('rejects bad async input with ERR_INVALID_ARG too', async () => {
     await expect(hashBlocksAsync(t, { blockSize: 0 })).rejects.toMatchObject({ code: 'ERR_INVALID_ARG' });
+    // A non-number token rejects too, as every bad input of the async form does.
+    await expect(hashBlocksAsync([1, '7'] as unknown as number[], { blockSize: 1 })).rejects.toMatchObject({
+      code: 'ERR_INVALID_ARG',
+    });
   });
 });
