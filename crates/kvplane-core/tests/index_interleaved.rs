@@ -294,3 +294,111 @@ fn a_clear_takes_pieces_by_the_blocks_left_not_by_the_size_of_the_map() {
   assert!((7..=9).contains(&pieces), "{pieces} pieces");
   assert_eq!(figures(&index).blocks, 0);
 }
+
+/// Blocks per worker in the index's tree dump (what a recovery from it would give).
+fn dumped(index: &Index, w: u64) -> usize {
+  index
+    .dump()
+    .iter()
+    .filter(|d| d.worker == worker(w))
+    .flat_map(|d| &d.events)
+    .map(|e| e.block_hashes.len())
+    .sum()
+}
+
+#[test]
+fn a_store_goes_on_after_a_piece_of_another_event_and_from_a_block_held_under_another_id() {
+  // The last block of the store's first piece is one the worker already held under another
+  // engine id; a removal of an unrelated block comes between the pieces.
+  let mut index = Index::new(IndexConfig::default());
+  let mut expected = Index::new(IndexConfig::default());
+  let KvEvent::Stored(mut s) = stored(None, &[21, 22, 23, 24], 1) else {
+    unreachable!()
+  };
+  s.token_ids[2 * BS..].iter_mut().for_each(|t| *t += 77_000);
+  let s = KvEvent::Stored(s);
+  for ix in [&mut index, &mut expected] {
+    apply(ix, 1, &stored(None, &[1, 2], 1));
+    apply(ix, 1, &stored(None, &[50], 9));
+  }
+  apply(&mut expected, 1, &s);
+  apply(&mut expected, 1, &removed(&[50]));
+  let mut p = Piecewise::new(worker(1), &s, 2);
+  assert!(index.apply_piece(&mut p).unwrap());
+  apply(&mut index, 1, &removed(&[50]));
+  finish(&mut index, &mut p);
+  assert_eq!(figures(&index), figures(&expected));
+  assert_eq!(index.worker_blocks(worker(1)), 4);
+  assert!(!index.needs_recovery(worker(1)));
+
+  // A removal applied a piece at a time, its second piece between the store's second and third:
+  // it takes the store's last block, so the rest is dropped as after an unknown parent.
+  let mut index = Index::new(IndexConfig::default());
+  apply(&mut index, 1, &stored(None, &[1, 2], 1));
+  let s = stored(Some(2), &[11, 12, 13, 14, 15, 16], 3);
+  let r = removed(&[99, 14]);
+  let mut ps = Piecewise::new(worker(1), &s, 2);
+  let mut pr = Piecewise::new(worker(1), &r, 1);
+  assert!(index.apply_piece(&mut ps).unwrap()); // 11, 12
+  assert!(index.apply_piece(&mut pr).unwrap()); // 99: not held
+  assert!(index.apply_piece(&mut ps).unwrap()); // 13, 14
+  assert!(!index.apply_piece(&mut pr).unwrap()); // 14
+  assert!(!index.apply_piece(&mut ps).unwrap()); // 15, 16 dropped
+  let s = figures(&index);
+  assert_eq!(drop_count(&s, "unknown_parent"), 1);
+  assert!(index.needs_recovery(worker(1)));
+  assert_eq!(index.worker_blocks(worker(1)), 5);
+  assert_eq!(dumped(&index, 1), 5);
+  check_figures(&s);
+}
+
+#[test]
+fn a_store_whose_edge_was_freed_and_taken_by_another_worker_between_its_pieces_is_dropped() {
+  let mut index = Index::new(IndexConfig::default());
+  let s = stored(None, &[11, 12, 13, 14, 15, 16], 3);
+  let r = removed(&[99, 14, 13, 12, 11]);
+  let mut ps = Piecewise::new(worker(1), &s, 2);
+  let mut pr = Piecewise::new(worker(1), &r, 1);
+  assert!(index.apply_piece(&mut ps).unwrap()); // 11, 12
+  assert!(index.apply_piece(&mut pr).unwrap()); // 99: not held
+  assert!(index.apply_piece(&mut ps).unwrap()); // 13, 14
+  finish(&mut index, &mut pr); // the store's edge freed
+  apply(&mut index, 2, &stored(None, &[21, 22, 23, 24, 25], 7)); // takes that edge id
+  assert!(!index.apply_piece(&mut ps).unwrap());
+  let s = figures(&index);
+  assert_eq!(drop_count(&s, "unknown_parent"), 1);
+  assert_eq!(
+    (
+      index.worker_blocks(worker(1)),
+      index.worker_blocks(worker(2))
+    ),
+    (0, 5)
+  );
+  assert_eq!((dumped(&index, 1), dumped(&index, 2)), (0, 5));
+  check_figures(&s);
+}
+
+#[test]
+fn a_store_resumed_while_a_clear_of_its_worker_is_under_way_finishes_the_clear_first() {
+  let mut index = Index::new(IndexConfig::default());
+  for c in 0..100u64 {
+    apply(&mut index, 1, &stored(None, &[1000 + c], c as u32));
+  }
+  let s = stored(Some(1000), &[11, 12, 13, 14], 3);
+  let mut ps = Piecewise::new(worker(1), &s, 2);
+  assert!(index.apply_piece(&mut ps).unwrap());
+  let clear = KvEvent::Cleared;
+  let mut pc = Piecewise::new(worker(1), &clear, 1);
+  assert!(index.apply_piece(&mut pc).unwrap());
+  // The store's rest: after the clear, its parent is gone.
+  assert!(!index.apply_piece(&mut ps).unwrap());
+  assert_eq!(index.worker_blocks(worker(1)), 0);
+  assert!(!index.apply_piece(&mut pc).unwrap(), "the clear is done");
+  let s = figures(&index);
+  assert_eq!(drop_count(&s, "unknown_parent"), 1);
+  assert!(
+    index.needs_recovery(worker(1)),
+    "the drop's recovery mark kept"
+  );
+  assert_eq!((s.blocks, s.memberships), (0, 0));
+}

@@ -111,11 +111,13 @@ pub(crate) struct WorkerState {
   pub engine: LocMap,
   pub needs_recovery: bool,
   /// A clear of the worker under way (`Index::clear_piece`): its blocks still held are counted
-  /// here, and the next event of the worker that is not that clear finishes it first.
+  /// here, and anything else that changes the worker (another event, a store resumed) finishes
+  /// it first.
   clearing: Option<Box<Clearing>>,
-  /// Events of the worker begun, wrapping: a store applied a piece at a time notices another
-  /// event of the worker applied between its pieces (`StoreResume::at`).
-  events: u32,
+  /// Pieces applied to the worker (events begun, and each piece of one), wrapping: a store
+  /// applied a piece at a time notices anything applied to the worker between its pieces
+  /// (`StoreResume::at`).
+  changes: u32,
 }
 
 impl WorkerState {
@@ -213,7 +215,7 @@ pub(crate) struct StoreResume {
   cur: Option<Pos>,
   prev_key: Option<u64>,
   keys: Vec<u64>,
-  /// The worker's event count when the store began (`WorkerState::events`).
+  /// The worker's change count after the store's last piece (`WorkerState::changes`).
   at: u32,
 }
 
@@ -228,10 +230,10 @@ pub(crate) struct StoreResume {
 ///
 /// Once started, an event is meant to be applied to its last piece before anything else is
 /// applied for the same worker (`Shared` sees to it with writer turns). A caller that does
-/// otherwise still leaves the index whole: another event of a worker whose clear is under way
-/// finishes that clear first, and a store whose worker had another event applied between its
-/// pieces goes on from its last block stored, as the worker now holds it (or is dropped as a
-/// store with an unknown parent when it no longer does).
+/// otherwise still leaves the index whole: anything else applied to a worker whose clear is under
+/// way finishes that clear first, and a store whose worker had anything else applied between its
+/// pieces goes on from its last block stored if the worker still holds it there, or drops the
+/// rest as a store with an unknown parent (what the engine's events in that order would give).
 pub struct Piecewise<'e> {
   pub(crate) w: WorkerKey,
   pub(crate) ev: &'e KvEvent,
@@ -347,7 +349,7 @@ impl Index {
       engine: LocMap::default(),
       needs_recovery: false,
       clearing: None,
-      events: 0,
+      changes: 0,
     });
     self.slots.insert(w, s);
     s
@@ -396,12 +398,12 @@ impl Index {
         let Some(mut r) = p.store.take() else {
           return Ok(false);
         };
-        if r.at != self.workers[slot as usize].events && !self.resume_store(slot, s, &mut r, p.next)
-        {
+        if r.at != self.workers[slot as usize].changes && !self.resume_store(slot, &mut r, p.next) {
           return Ok(false);
         }
         let range = p.take(s.block_hashes.len());
         self.store_run(slot, s, &mut r, range);
+        r.at = self.changed(slot);
         if p.more(s.block_hashes.len()) {
           p.store = Some(r);
           return Ok(true);
@@ -414,6 +416,7 @@ impl Index {
           p.started = true;
           self.begin(slot);
         }
+        self.changed(slot);
         let range = p.take(ev.block_hashes.len());
         self.remove(slot, &ev.block_hashes[range]);
         Ok(p.more(ev.block_hashes.len()))
@@ -427,14 +430,14 @@ impl Index {
   }
 
   /// The next piece of the worker's clear; false once it is done. The first piece takes the
-  /// worker's engine map out (it holds nothing from then on); each piece then goes through
-  /// `CLEAR_LOCS` of its entries per block of a piece, so a reader sees the worker's blocks go an
-  /// edge at a time.
+  /// worker's engine map out of its lookups into the clear under way (or goes on with one left
+  /// under way); each piece then goes through `CLEAR_LOCS` of its entries per block of a piece,
+  /// so a reader sees the worker's blocks go an edge at a time.
   fn clear_piece(&mut self, slot: u32, p: &mut Piecewise<'_>) -> bool {
+    self.changed(slot);
     let ws = &mut self.workers[slot as usize];
     if !p.clear_begun {
       p.clear_begun = true;
-      ws.events = ws.events.wrapping_add(1);
       // A clear left under way goes on: its end is this one's.
       if ws.clearing.is_none() {
         ws.clearing = Some(Clearing::of(&mut ws.engine));
@@ -455,43 +458,50 @@ impl Index {
   }
 
   /// An event of the worker begins: a clear of it left under way is finished first (a caller
-  /// stopped applying its pieces), and its event count moves on.
+  /// stopped applying its pieces), and its change count moves on.
   fn begin(&mut self, slot: u32) {
+    self.changed(slot);
+    self.finish_clear(slot);
+  }
+
+  /// Counts a change applied to the worker; the count after it.
+  fn changed(&mut self, slot: u32) -> u32 {
     let ws = &mut self.workers[slot as usize];
-    ws.events = ws.events.wrapping_add(1);
-    if let Some(mut c) = ws.clearing.take() {
+    ws.changes = ws.changes.wrapping_add(1);
+    ws.changes
+  }
+
+  /// Finishes the worker's clear left under way, if any.
+  fn finish_clear(&mut self, slot: u32) {
+    if let Some(mut c) = self.workers[slot as usize].clearing.take() {
       self.clear_places(slot, &mut c, usize::MAX);
     }
   }
 
-  /// A store applied a piece at a time had another event of its worker applied since its last
-  /// piece: it goes on from its last block stored (block `next - 1`) where the worker now holds
-  /// it. False, the rest dropped as a store with an unknown parent, when it no longer holds it.
-  fn resume_store(
-    &mut self,
-    slot: u32,
-    s: StoredBlocks<'_>,
-    r: &mut StoreResume,
-    next: usize,
-  ) -> bool {
-    let ws = &self.workers[slot as usize];
-    r.at = ws.events;
-    let Some(last) = next.checked_sub(1) else {
-      return true;
+  /// A store applied a piece at a time had something else applied to its worker since its last
+  /// piece (a clear under way is finished now, before it goes on). It goes on from its last block
+  /// stored (block `next - 1`, at `r.cur`) if the worker still holds that block there. False,
+  /// the rest dropped as a store with an unknown parent, when it does not.
+  fn resume_store(&mut self, slot: u32, r: &mut StoreResume, next: usize) -> bool {
+    self.finish_clear(slot);
+    r.at = self.workers[slot as usize].changes;
+    let held = match (next.checked_sub(1), r.cur) {
+      (Some(last), Some((e, o))) => {
+        let edge = &self.edges[e as usize];
+        edge.parent != FREED
+          && (o as usize) < edge.len()
+          && edge.keys[o as usize] == r.keys[last]
+          && edge.holds(o, slot)
+      }
+      (None, _) => true,
+      (Some(_), None) => false,
     };
-    let now = ws.engine.get(s.block_hashes[last]).map(unloc);
-    match now {
-      Some((e, o)) if self.edges[e as usize].keys[o as usize] == r.keys[last] => {
-        r.cur = Some((e, o));
-        true
-      }
-      _ => {
-        self.drop_event(DropReason::UnknownParent, 1);
-        self.workers[slot as usize].needs_recovery = true;
-        self.scratch_keys = std::mem::take(&mut r.keys);
-        false
-      }
+    if !held {
+      self.drop_event(DropReason::UnknownParent, 1);
+      self.workers[slot as usize].needs_recovery = true;
+      self.scratch_keys = std::mem::take(&mut r.keys);
     }
+    held
   }
 
   /// Goes on with clear `c` through the worker's map, a place at a time, until `locs` entries
@@ -681,7 +691,7 @@ impl Index {
       cur,
       prev_key,
       keys,
-      at: self.workers[slot as usize].events,
+      at: self.workers[slot as usize].changes,
     }))
   }
 
@@ -972,7 +982,12 @@ impl Index {
     let worker_bytes: usize = self
       .workers
       .iter()
-      .map(|w| w.engine.bytes() + std::mem::size_of::<WorkerState>())
+      .map(|w| {
+        let clearing = w.clearing.as_ref().map_or(0, |c| {
+          std::mem::size_of::<Clearing>() + c.map.bytes() + c.done.capacity() * 8
+        });
+        w.engine.bytes() + clearing + std::mem::size_of::<WorkerState>()
+      })
       .sum();
     let unreachable = self.unreachable();
     IndexStats {
