@@ -1,9 +1,10 @@
 //! `Apply::drained`: a link says when it has relayed what was waiting at its socket, so work that
 //! can wait for the end of a burst (telling JS) is done once per burst and never left undone.
 
-use kvplane_zmq::{
-  Apply, Deliver, Delivery, Endpoint, HandOff, Link, LinkOptions, PubOptions, Publisher, Reader,
-};
+mod common;
+
+use common::{until, Follower};
+use kvplane_zmq::{Apply, Endpoint, Link, LinkOptions, PubOptions, Publisher, Reader};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,30 +26,6 @@ impl Apply for Recorder {
   fn drained(&mut self) {
     self.0.lock().unwrap().push(Step::Drained);
   }
-}
-
-/// Reads every hand-off at once (a follower with nothing to do), counting the batches.
-struct Follower(Reader, Arc<AtomicU64>);
-
-impl Deliver for Follower {
-  fn deliver(&self, d: Delivery) {
-    if let Delivery::HandOff(_, h) = d {
-      if let HandOff::Batch { .. } = h {
-        self.1.fetch_add(1, Ordering::Relaxed);
-      }
-      self.0.read_one();
-    }
-  }
-}
-
-fn until(what: &str, mut f: impl FnMut() -> bool) {
-  for _ in 0..500 {
-    if f() {
-      return;
-    }
-    std::thread::sleep(Duration::from_millis(10));
-  }
-  panic!("timed out waiting for {what}");
 }
 
 #[test]

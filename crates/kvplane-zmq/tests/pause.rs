@@ -2,9 +2,11 @@
 //! batches applied (or messages sent by a publisher on it), never while nothing is done. The
 //! binding hands the allocator's free memory back there.
 
+mod common;
+
+use common::{until, Follower};
 use kvplane_zmq::{
-  set_on_pause, Apply, Deliver, Delivery, Endpoint, HandOff, Link, LinkOptions, PubOptions,
-  Publisher, Reader,
+  set_on_pause, Apply, Endpoint, Link, LinkOptions, PubOptions, Publisher, Reader,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,30 +26,6 @@ impl Apply for Count {
   fn apply(&mut self, _payload: &[u8]) -> Result<u32, String> {
     Ok(1)
   }
-}
-
-/// Reads every hand-off at once, counting the batches handed over.
-struct Follower(Reader, Arc<AtomicU64>);
-
-impl Deliver for Follower {
-  fn deliver(&self, d: Delivery) {
-    if let Delivery::HandOff(_, h) = d {
-      if let HandOff::Batch { .. } = h {
-        self.1.fetch_add(1, Ordering::Relaxed);
-      }
-      self.0.read_one();
-    }
-  }
-}
-
-fn until(what: &str, mut f: impl FnMut() -> bool) {
-  for _ in 0..500 {
-    if f() {
-      return;
-    }
-    std::thread::sleep(Duration::from_millis(10));
-  }
-  panic!("timed out waiting for {what}");
 }
 
 #[test]
