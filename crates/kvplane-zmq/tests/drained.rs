@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{until, Follower};
+use common::{open_link, send, until, Follower};
 use kvplane_zmq::{Apply, Endpoint, Link, LinkOptions, PubOptions, Publisher, Reader};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,31 +31,9 @@ impl Apply for Recorder {
 #[test]
 fn a_link_says_it_drained_its_socket_after_every_burst() {
   let publisher = Publisher::bind("tcp://127.0.0.1:0", PubOptions::default()).unwrap();
-  let send = |seq: u64| {
-    publisher.send(Arc::from(vec![
-      Arc::new(Vec::new()),
-      Arc::new(seq.to_be_bytes().to_vec()),
-      Arc::new(vec![seq as u8; 100]),
-    ]))
-  };
+  let send = |seq: u64| send(&publisher, seq);
   let log = Arc::new(Mutex::new(Vec::new()));
-  let read = Reader::default();
-  let handed = Arc::new(AtomicU64::new(0));
-  let link = Link::spawn(
-    LinkOptions::new(Endpoint::parse(publisher.endpoint()).unwrap()),
-    Recorder(log.clone()),
-    Follower(read.clone(), handed.clone()),
-    read,
-  );
-  // Batches go to the follower while the gate is shut: once one has, the link is subscribed.
-  let mut next = 0u64;
-  until("the link to subscribe", || {
-    send(next);
-    next += 1;
-    handed.load(Ordering::Relaxed) > 0
-  });
-  std::thread::sleep(Duration::from_millis(100));
-  until("the gate to open", || link.reopen(next));
+  let (link, next) = open_link(&publisher, Recorder(log.clone()));
   let last = |log: &Vec<Step>| log.last().copied();
   for burst in 0..3u64 {
     log.lock().unwrap().clear();

@@ -4,12 +4,10 @@
 
 mod common;
 
-use common::{until, Follower};
-use kvplane_zmq::{
-  set_on_pause, Apply, Endpoint, Link, LinkOptions, PubOptions, Publisher, Reader,
-};
+use common::{open_link, send, until};
+use kvplane_zmq::{set_on_pause, Apply, PubOptions, Publisher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 static PAUSES: AtomicU64 = AtomicU64::new(0);
@@ -32,35 +30,13 @@ impl Apply for Count {
 fn the_pause_hook_runs_once_on_the_link_thread_after_each_stretch_of_work() {
   set_on_pause(on_pause);
   let publisher = Publisher::bind("tcp://127.0.0.1:0", PubOptions::default()).unwrap();
-  let send = |seq: u64| {
-    publisher.send(Arc::from(vec![
-      Arc::new(Vec::new()),
-      Arc::new(seq.to_be_bytes().to_vec()),
-      Arc::new(vec![seq as u8; 100]),
-    ]))
-  };
-  let read = Reader::default();
-  let handed = Arc::new(AtomicU64::new(0));
-  let link = Link::spawn(
-    LinkOptions::new(Endpoint::parse(publisher.endpoint()).unwrap()),
-    Count,
-    Follower(read.clone(), handed.clone()),
-    read,
-  );
-  let mut next = 0u64;
-  until("the link to subscribe", || {
-    send(next);
-    next += 1;
-    handed.load(Ordering::Relaxed) > 0
-  });
-  std::thread::sleep(Duration::from_millis(100));
-  until("the gate to open", || link.reopen(next));
+  let (link, mut next) = open_link(&publisher, Count);
   // The pause after subscribing (the publisher's sends are work too) is over before counting.
   std::thread::sleep(Duration::from_millis(2500));
   let before = PAUSES.load(Ordering::SeqCst);
   for stretch in 1..=2u64 {
     for _ in 0..100 {
-      send(next);
+      send(&publisher, next);
       next += 1;
     }
     until("the stretch to be applied", || {
