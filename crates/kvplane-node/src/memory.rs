@@ -37,8 +37,15 @@ fn set_purge_delay() {
     // SAFETY: sets one of mimalloc's integer options, as its API allows at any time.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
   }
-  kvplane_zmq::set_on_pause(collect_here);
+  kvplane_zmq::set_on_pause(COLLECT_AFTER, collect_here);
 }
+
+/// How long the ZMQ link thread goes without work before it hands its free memory back: half the
+/// purge delay. Bursts a few seconds apart (an engine under light load) keep theirs mapped; an
+/// ingest that stopped returns it well before the purge delay would, if ever (mimalloc purges on
+/// the thread's next allocation).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const COLLECT_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Hands the calling thread's free memory back to the OS at once, whatever the purge delay: the
 /// ZMQ link thread runs it when its work pauses (`kvplane_zmq::set_on_pause`).

@@ -1,30 +1,30 @@
 //! The one thread every link runs on: a single-threaded tokio runtime, started on first use. One
 //! thread for all links keeps a router's ingest on one core and its index's lock uncontended.
 //!
-//! Once the thread's work pauses (batches were applied or messages sent, then none for a
-//! second), it runs the binding's pause hook once (`set_on_pause`): the binding hands the
-//! allocator's free memory back there, on the thread that freed it and outside any lock. A
+//! Once the thread's work pauses (batches were applied or messages sent, then none for the time
+//! the binding gives), it runs the binding's pause hook once (`set_on_pause`): the binding hands
+//! the allocator's free memory back there, on the thread that freed it and outside any lock. A
 //! collection from another thread does not reach the memory this thread's allocator heap keeps,
 //! and purging only after a delay (which the binding sets long, so that a steady stream never
 //! waits for it) would leave a router's ingest burst resident until the thread allocates again.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::runtime::{Builder, Handle};
 
-/// What runs on the thread once its work pauses.
-static ON_PAUSE: OnceLock<fn()> = OnceLock::new();
+/// What runs on the thread once its work pauses, and how long without work makes a pause.
+static ON_PAUSE: OnceLock<(Duration, fn())> = OnceLock::new();
 
 /// Batches applied and messages sent on the thread, ever.
 static WORK: AtomicU64 = AtomicU64::new(0);
 
-/// How long without a batch applied or a message sent makes a pause.
-const PAUSE: Duration = Duration::from_secs(1);
+/// How often the thread looks for a pause.
+const TICK: Duration = Duration::from_millis(250);
 
-/// Sets the pause hook (the first call wins).
-pub fn set_on_pause(f: fn()) {
-  let _ = ON_PAUSE.set(f);
+/// Sets the pause hook: `f`, run once `after` the last work of a stretch (the first call wins).
+pub fn set_on_pause(after: Duration, f: fn()) {
+  let _ = ON_PAUSE.set((after, f));
 }
 
 /// Counts work done on the thread (`n` batches applied, or messages sent).
@@ -52,18 +52,20 @@ pub fn handle() -> &'static Handle {
 
 /// Runs the pause hook once after each stretch of work.
 async fn watch_pauses() {
-  let mut tick = tokio::time::interval(PAUSE);
+  let mut tick = tokio::time::interval(TICK);
   tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-  let (mut seen, mut busy) = (0, false);
+  let (mut seen, mut busy, mut last) = (0, false, Instant::now());
   loop {
     tick.tick().await;
     let now = WORK.load(Relaxed);
     if now != seen {
-      (seen, busy) = (now, true);
+      (seen, busy, last) = (now, true, Instant::now());
     } else if busy {
-      busy = false;
-      if let Some(f) = ON_PAUSE.get() {
-        f();
+      if let Some(&(after, f)) = ON_PAUSE.get() {
+        if last.elapsed() >= after {
+          busy = false;
+          f();
+        }
       }
     }
   }

@@ -1,6 +1,6 @@
 //! The link thread's pause hook (`set_on_pause`): run once on that thread after each stretch of
-//! batches applied (or messages sent by a publisher on it), never while nothing is done. The
-//! binding hands the allocator's free memory back there.
+//! batches applied (or messages sent by a publisher on it), the time it is given after the last,
+//! never while nothing is done. The binding hands the allocator's free memory back there.
 
 mod common;
 
@@ -28,7 +28,7 @@ impl Apply for Count {
 
 #[test]
 fn the_pause_hook_runs_once_on_the_link_thread_after_each_stretch_of_work() {
-  set_on_pause(on_pause);
+  set_on_pause(Duration::from_secs(1), on_pause);
   let publisher = Publisher::bind("tcp://127.0.0.1:0", PubOptions::default()).unwrap();
   let (link, mut next) = open_link(&publisher, Count);
   // The pause after subscribing (the publisher's sends are work too) is over before counting.
