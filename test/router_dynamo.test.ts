@@ -128,6 +128,14 @@ describe.skipIf(!dynamoAvailable())(
         if (canonical(a.json) !== canonical(b.json)) differ.push({ byHash: body, dynamo: a.json, kvplane: b.json });
       }
       expect(differ.slice(0, 3)).toEqual([]);
+      // Token ids that are not u32s (a string, null, a boolean, a fraction, out of range): refused
+      // by both with the same status.
+      for (const token_ids of [[1, '2'], [1, null], [true], [1, 2.5], [1, -1], [1, 2 ** 32], 'abc']) {
+        const body = { token_ids, model_name: 'm' };
+        const [a, b] = await Promise.all([post(dynamo.url, '/query', body), post(ours.url, '/query', body)]);
+        expect([token_ids, b.status]).toEqual([token_ids, a.status]);
+        expect(b.status).toBe(422);
+      }
       // The queries hit caches at many depths, not just the shared prompts.
       expect(matched).toBeGreaterThan(2000);
       expect(depths.size).toBeGreaterThan(20);
