@@ -31,8 +31,9 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// At load: the purge delay, and the ZMQ link thread's collection once its work pauses.
 #[napi_derive::module_init]
-fn set_purge_delay() {
+fn tune_allocator() {
   if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
     // SAFETY: sets one of mimalloc's integer options, as its API allows at any time.
     unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };

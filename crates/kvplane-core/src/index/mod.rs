@@ -412,11 +412,8 @@ impl Index {
         Ok(false)
       }
       KvEvent::Removed(ev) => {
-        if !p.started {
-          p.started = true;
-          self.begin(slot);
-        }
-        self.changed(slot);
+        // Each piece is a change of the worker (a store in pieces notices it).
+        self.begin(slot);
         let range = p.take(ev.block_hashes.len());
         self.remove(slot, &ev.block_hashes[range]);
         Ok(p.more(ev.block_hashes.len()))
