@@ -183,6 +183,29 @@ export async function relayed(http: string): Promise<RecoveredBatch[]> {
   }
 }
 
+/**
+ * Bytes written as they are to an HTTP server at `url` (a request Node's own client would not
+ * send), and its answer read until it closes the connection: status, content type and body.
+ */
+export function rawHttp(url: string, request: string): Promise<{ status: number; type: string; body: string }> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.write(request));
+    const chunks: Buffer[] = [];
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const text = Buffer.concat(chunks).toString('utf8');
+      const [head = '', body = ''] = text.split('\r\n\r\n');
+      resolve({
+        status: Number(head.split(' ')[1]),
+        type: /^content-type: *([^;\r]*)/im.exec(head)?.[1] ?? '',
+        body,
+      });
+    });
+  });
+}
+
 /** A TCP port free on loopback now. */
 export async function freePort(): Promise<number> {
   const srv = createServer();

@@ -1,7 +1,8 @@
-import { request } from 'node:http';
+import { createServer, request, type ServerResponse } from 'node:http';
+import { type AddressInfo, connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { IndexerServer, KvEventPublisher, KvGrpcServer, KvHttpServer, RouterIndex } from '../dist/index.mjs';
-import { sleep, until } from './fixtures.js';
+import { rawHttp, sleep, until } from './fixtures.js';
 import { post } from './router_fixtures.js';
 
 const cleanup: Array<() => unknown> = [];
@@ -73,6 +74,21 @@ describe('kvplane indexer HTTP API: bad input', () => {
       ['POST', '/query_by_hash', JSON.stringify({ block_hashes: [1], model_name: 'm', cache_salt: 's' }), 400],
       ['POST', '/query_by_hash', '{"block_hashes":[9223372036854775808],"model_name":"m"}', 422],
       ['POST', '/query_by_hash', JSON.stringify({ block_hashes: [1], model_name: 'nope' }), 404],
+      // A string cannot pass for a long integer, nor a long integer for a string.
+      ['POST', '/register', JSON.stringify({ ...REG, instance_id: '\u0000int:abc' }), 422],
+      ['POST', '/register', JSON.stringify({ ...REG, instance_id: '\u0000int:16' }), 422],
+      ['POST', '/register', JSON.stringify({ ...REG, model_name: 0 }).replace('0', '12345678901234567890'), 422],
+      ['POST', '/query_by_hash', '{"block_hashes":["\\u0000int:zz"],"model_name":"m"}', 422],
+      // Not JSON: integers with leading zeros, however long; bytes that are not UTF-8.
+      ['POST', '/register', JSON.stringify({ ...REG, instance_id: 0 }).replace('0', '00000000000000000042'), 400],
+      ['POST', '/query_by_hash', '{"block_hashes":[-00000000000000001],"model_name":"m"}', 400],
+      ['POST', '/register', Buffer.from('{"model_name":"\xff\xfe"}', 'latin1'), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, block_size: 2 ** 32 - 1 }), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, model_name: 'm'.repeat(1025) }), 422],
+      ['POST', '/register', JSON.stringify({ ...REG, routing_group: 'g'.repeat(1025) }), 422],
+      ['POST', '/register', JSON.stringify({ ...REG, endpoint: `tcp://${'h'.repeat(1025)}:1` }), 422],
+      ['POST', '/register', JSON.stringify({ ...REG, url: 'not a url' }), 400],
+      ['POST', '/register', JSON.stringify({ ...REG, url: 'file:///etc/passwd' }), 400],
       ['POST', '/query', Buffer.alloc(9 * 1024 * 1024, 0x20), 413],
       ['POST', '/register', Buffer.alloc(3 * 1000 * 1000, 0x20), 413],
       ['GET', '/query', '', 405],
@@ -112,6 +128,98 @@ describe('kvplane indexer HTTP API: bad input', () => {
     expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm' })).status).toBe(200);
     expect((await post(ix.url, '/query', { token_ids: [1], model_name: 'm' })).status).toBe(404);
     expect((await fetch(`${ix.url}/health`)).status).toBe(200);
+  });
+
+  it('answers requests that Node or URL refuse with a JSON 4xx, on the indexer and on a node, and keeps serving', async () => {
+    const ix = await indexer();
+    const publisher = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', replayEndpoint: null });
+    cleanup.push(() => publisher.close());
+    const node = await KvHttpServer.create({ publisher, authToken: 'secret' });
+    cleanup.push(() => node.close());
+    const close = 'Host: x\r\nConnection: close\r\n\r\n';
+    const cases: Array<[string, number]> = [
+      // Targets Node's parser takes and `URL` refuses: each once ended the process.
+      [`GET //[ HTTP/1.1\r\n${close}`, 400],
+      [`GET http://a:99999/health HTTP/1.1\r\n${close}`, 400],
+      // Refused by Node's parser: answered by the server's own handler, not Node's bodiless one.
+      ['GET /health HTTP/9.9\r\n\r\n', 400],
+      ['GET /health HTTP/1.1\r\nNo colon here\r\n\r\n', 400],
+      [`GET /health HTTP/1.1\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431],
+    ];
+    for (const url of [ix.url, node.url]) {
+      for (const [request, status] of cases) {
+        const r = await rawHttp(url, request);
+        expect([url, request.slice(0, 40), r.status]).toEqual([url, request.slice(0, 40), status]);
+        expect(r.type).toBe('application/json');
+        expect(typeof JSON.parse(r.body).error).toBe('string');
+      }
+    }
+    expect((await fetch(`${ix.url}/health`)).status).toBe(200);
+    expect((await fetch(`${node.url}/healthz`, { headers: { authorization: 'Bearer secret' } })).status).toBe(200);
+  });
+
+  it('counts a client that stops sending mid-body as a 4xx, not a server error', async () => {
+    const ix = await indexer();
+    for (let i = 0; i < 3; i++) {
+      const { port } = new URL(ix.url);
+      const socket = connect(Number(port), '127.0.0.1');
+      await new Promise((r) => socket.once('connect', r));
+      socket.write(
+        'POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"tok',
+      );
+      await sleep(50);
+      socket.destroy();
+    }
+    let metrics = '';
+    for (let i = 0; i < 50 && !metrics.includes('status_class="4xx"} 3'); i++) {
+      await sleep(20);
+      metrics = await (await fetch(`${ix.url}/metrics`)).text();
+    }
+    expect(metrics).toContain('kvplane_indexer_errors_total{endpoint="/query",status_class="4xx"} 3');
+    expect(metrics).not.toMatch(/status_class="5xx"/);
+  });
+
+  it("refuses, as a 502, a node whose /healthz is not a kvplane node's", async () => {
+    const ix = await indexer();
+    let answer: (res: ServerResponse) => void = () => {};
+    const stub = createServer((_req, res) => answer(res));
+    await new Promise<void>((r) => stub.listen(0, '127.0.0.1', r));
+    cleanup.push(() => new Promise((r) => stub.close(r)));
+    const url = `http://127.0.0.1:${(stub.address() as AddressInfo).port}`;
+    const json = (body: string) => (res: ServerResponse) =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(body);
+    const answers: Array<[string, (res: ServerResponse) => void]> = [
+      ['null', json('null')],
+      ['a number for zmq', json('{"endpoints":{"zmq":5}}')],
+      ['an object for replay', json('{"endpoints":{"zmq":"tcp://127.0.0.1:1","replay":{"a":1}}}')],
+      ['no endpoint', json('{"endpoints":{"zmq":"garbage"}}')],
+      ['a bad gRPC port', json('{"endpoints":{"grpc_port":"abc"}}')],
+      ['a negative gRPC port', json('{"endpoints":{"grpc_port":-5}}')],
+      ['2 MiB', json(`{"endpoints":{"zmq":"tcp://127.0.0.1:1"},"pad":"${'x'.repeat(2 << 20)}"}`)],
+      ['a redirect', (res) => res.writeHead(302, { location: `${url}/elsewhere` }).end()],
+    ];
+    for (const [what, a] of answers) {
+      answer = a;
+      const r = await post(ix.url, '/register', { instance_id: 9, model_name: 'm', block_size: 16, url });
+      expect([what, r.status]).toEqual([what, 502]);
+      expect(typeof r.json.error).toBe('string');
+    }
+    expect((await fetch(`${ix.url}/workers`).then((r) => r.json())).length).toBe(0);
+  });
+
+  it('unregisters a worker followed over inproc:// (zeromq.js) at once, and keeps (model, group) pairs apart', async () => {
+    const ix = await indexer();
+    expect((await post(ix.url, '/register', { ...REG, endpoint: 'inproc://kvplane-nowhere' })).status).toBe(201);
+    const t0 = performance.now();
+    expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm' })).status).toBe(200);
+    expect(performance.now() - t0).toBeLessThan(5000);
+    // Names holding `:` do not share an index: each keeps its own block size.
+    const a = { ...REG, instance_id: 2, model_name: 'a:b', routing_group: 'c' };
+    const b = { ...REG, instance_id: 3, model_name: 'a', routing_group: 'b:c', block_size: 32 };
+    expect((await post(ix.url, '/register', a)).status).toBe(201);
+    expect((await post(ix.url, '/register', b)).status).toBe(201);
+    expect((await post(ix.url, '/query', { token_ids: [], model_name: 'a', routing_group: 'b:c' })).status).toBe(200);
+    expect((await post(ix.url, '/query', { token_ids: [], model_name: 'a:b', routing_group: 'b:c' })).status).toBe(404);
   });
 
   it('rejects a bad RouterIndex argument with a typed error', () => {

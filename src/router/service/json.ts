@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { callNative, KvPlaneError } from '../../errors.js';
 import native from '../../native.js';
 import { nativeTokens } from '../../tokens.js';
@@ -29,7 +30,11 @@ export function badInputAs<T>(status: number, f: () => T): T {
   }
 }
 
-const BIG = '\u0000int:';
+/**
+ * The start of the strings `parseJsonExact` puts where long integer literals were: a NUL, then a
+ * random word drawn once per process, so no string a client sends can pass for one.
+ */
+const BIG = `\u0000int:${randomBytes(8).toString('hex')}:`;
 
 /**
  * Parses JSON text, keeping integer literals beyond 2^53 exact: they come back as marker strings
@@ -55,9 +60,10 @@ export function parseJsonExact(text: string): unknown {
       let j = i + 1;
       while (j < n && /[0-9.eE+-]/.test(text[j] as string)) j++;
       const tok = text.slice(i, j);
-      if (/^-?\d{16,}$/.test(tok)) {
+      // Only a JSON integer (no leading zero): anything else is left for `JSON.parse` to refuse.
+      if (/^-?[1-9]\d{15,}$/.test(tok)) {
         // The marker's NUL written escaped: JSON strings take no raw control characters.
-        out += `${text.slice(at, i)}"\\u0000int:${tok}"`;
+        out += `${text.slice(at, i)}"\\u0000${BIG.slice(1)}${tok}"`;
         at = j;
       }
       i = j;
@@ -83,6 +89,13 @@ function bigOf(v: unknown): bigint | null {
   if (typeof v === 'string' && v.startsWith(BIG)) return BigInt(v.slice(BIG.length));
   return null;
 }
+
+/**
+ * The longest name or endpoint a registration keeps. Each is kept for as long as the worker is
+ * registered, written to the state file on every change and repeated in the labels of every
+ * metric of its index: without a bound, a few 2 MB names made one `/metrics` scrape 349 MB.
+ */
+export const NAME_CHARS = 1024;
 
 /** Field readers: a missing or mistyped field is a 422, as Dynamo's indexer answers. */
 export class Fields {
@@ -128,7 +141,17 @@ export class Fields {
   str(name: string, dflt?: string | null): string | null {
     if (!this.has(name)) return dflt === undefined ? this.#missing(name) : dflt;
     const v = this.body[name];
-    if (typeof v !== 'string') this.#bad(name, 'a string');
+    // A long integer literal is a marker string here, and still not a string.
+    if (typeof v !== 'string' || v.startsWith(BIG)) this.#bad(name, 'a string');
+    return v;
+  }
+
+  /** A string the indexer keeps (a name, an endpoint): at most `NAME_CHARS` characters. */
+  name(name: string): string;
+  name(name: string, dflt: string | null): string | null;
+  name(name: string, dflt?: string | null): string | null {
+    const v = dflt === undefined ? this.str(name) : this.str(name, dflt);
+    if (v !== null && v.length > NAME_CHARS) this.#bad(name, `a string of at most ${NAME_CHARS} characters`);
     return v;
   }
 

@@ -43,8 +43,8 @@ export function indexerMetrics(
   const read = () => {
     if (snap === null) {
       snap = {
-        subs: [...registry.indexes().values()].flatMap((ix) => ix.subscriptionStats()),
-        indexes: [...registry.indexes()].map(([k, ix]) => [k, ix.stats()] as [string, RouterIndexStats]),
+        subs: registry.indexes().flatMap(([, ix]) => ix.subscriptionStats()),
+        indexes: registry.indexes().map(([k, ix]) => [k, ix.stats()] as [string, RouterIndexStats]),
       };
       setImmediate(() => {
         snap = null;
@@ -103,7 +103,7 @@ export function indexerMetrics(
     help: '(model, routing group) indexes',
     registers: [prom],
     collect() {
-      this.set(registry.indexes().size);
+      this.set(registry.indexes().length);
     },
   });
   new Gauge({

@@ -1,6 +1,6 @@
 import type { RouterIndexOptions, WorkerSource } from '../router_index.js';
 import { RouterIndex } from '../router_index.js';
-import { HttpError } from './json.js';
+import { badInputAs, HttpError } from './json.js';
 
 /** One registered `(instance, rank)`: where its events come from. */
 export interface Registration {
@@ -71,8 +71,9 @@ export class Registry {
     this.#zmqReceive = zmqReceive;
   }
 
+  /** The map key of a (model, routing group): one pair each, whatever `:` the names hold. */
   static key(model: string, group: string): string {
-    return `${model}:${group}`;
+    return JSON.stringify([model, group]);
   }
 
   index(model: string, group: string): RouterIndex {
@@ -81,8 +82,12 @@ export class Registry {
     return ix;
   }
 
-  indexes(): ReadonlyMap<string, RouterIndex> {
-    return this.#indexes;
+  /** Each index, named `model:routing_group` (as `/dump` and the metrics name it). */
+  indexes(): Array<[name: string, ix: RouterIndex]> {
+    return [...this.#indexes].map(([key, ix]) => {
+      const [model, group] = JSON.parse(key) as [string, string];
+      return [`${model}:${group}`, ix];
+    });
   }
 
   /** Every registration, in order. */
@@ -117,7 +122,11 @@ export class Registry {
     }
     if (!ix) {
       if (r.blockSize < 1) throw new HttpError(400, 'block_size must be at least 1');
-      ix = new RouterIndex({ blockSize: r.blockSize, onWarning: this.#onWarning, zmqReceive: this.#zmqReceive });
+      // A block size the index does not take (over 1,048,576) is the request's error.
+      ix = badInputAs(
+        400,
+        () => new RouterIndex({ blockSize: r.blockSize, onWarning: this.#onWarning, zmqReceive: this.#zmqReceive }),
+      );
       this.onIndex?.(ix, r.modelName, r.routingGroup);
       this.#indexes.set(key, ix);
     }

@@ -2,14 +2,14 @@ import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type AbortOptions, openAbortable, runThenAbortable } from '../../abort.js';
-import { listen } from '../../transports/http/listen.js';
+import { listen, requestUrl, serveJson } from '../../transports/http/listen.js';
 import type { MetricsOptions } from '../../transports/http/metrics.js';
 import type { RecoveryKind } from '../subscriptions/subscription.js';
 import { queryAnswer } from './answers.js';
 import { Fields, HttpError, jsonExact, parseJson, parseJsonExact } from './json.js';
 import { indexerMetrics } from './metrics.js';
 import { checkEndpoint, type Registration, Registry } from './registry.js';
-import { discoverNode, sourceOf } from './sources.js';
+import { discoverNode, nodeUrl, sourceOf } from './sources.js';
 import { loadRegistrations, saveRegistrations } from './state.js';
 
 export interface IndexerServerOptions {
@@ -97,7 +97,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
         registry.onChange = () => saveRegistrations(stateFile, registry.registrations());
         registry.onChange();
       }
-      server.on('request', (req: IncomingMessage, res: ServerResponse) => void self.#handle(req, res));
+      serveJson(server, (req, res) => self.#handle(req, res));
       await listen(server, opts.port ?? 8090, opts.host ?? '0.0.0.0');
     } catch (err) {
       // Nothing is left following workers when the server does not start.
@@ -116,10 +116,11 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://indexer');
-    const route = url.pathname;
+    const url = requestUrl(req, 'http://indexer');
+    const route = url?.pathname ?? '';
     const method = ROUTES[route];
     try {
+      if (url === null) throw new HttpError(400, 'malformed request target');
       if (method === undefined) throw new HttpError(404, `no route ${route}`);
       const m = req.method === 'HEAD' ? 'GET' : req.method;
       if (m !== method) {
@@ -206,17 +207,18 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
 
   async #register(f: Fields): Promise<void> {
     const instanceId = f.u64('instance_id');
-    const modelName = f.str('model_name');
+    const modelName = f.name('model_name');
     const blockSize = f.u32('block_size');
-    const routingGroup = f.str('routing_group', 'default') as string;
+    const routingGroup = f.name('routing_group', 'default') as string;
     const dpRank = f.u32('dp_rank', 0);
-    const url = f.str('url', null);
+    const url = f.name('url', null);
+    if (url !== null) nodeUrl(url);
     const engine = f.str('engine', 'vllm');
     if (engine !== 'vllm' && engine !== 'sglang' && engine !== 'trtllm') {
       throw new HttpError(400, `engine is ${JSON.stringify(engine)}: vllm, sglang or trtllm`);
     }
-    let endpoint = f.has('endpoint') || url === null ? f.str('endpoint') : null;
-    let replayEndpoint = f.str('replay_endpoint', null);
+    let endpoint = f.has('endpoint') || url === null ? f.name('endpoint') : null;
+    let replayEndpoint = f.name('replay_endpoint', null);
     if (endpoint !== null) checkEndpoint(endpoint);
     if (replayEndpoint !== null) {
       try {
@@ -293,7 +295,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     };
     let firstIndex = true;
     await write('{');
-    for (const [key, ix] of [...this.registry.indexes()]) {
+    for (const [key, ix] of this.registry.indexes()) {
       if (ix.closed) continue;
       await write(`${firstIndex ? '' : ','}${JSON.stringify(key)}:{"block_size":${ix.blockSize},"events":[`);
       firstIndex = false;
@@ -326,7 +328,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   }
 
   #health(): Record<string, unknown> {
-    const subs = [...this.registry.indexes().values()].flatMap((ix) => ix.subscriptionStats());
+    const subs = this.registry.indexes().flatMap(([, ix]) => ix.subscriptionStats());
     const brief = (s: (typeof subs)[number]) => ({
       instance_id: s.workerId,
       dp_rank: s.dpRank,
@@ -345,10 +347,10 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       // The process's memory in MiB: resident, V8's heap in use, and outside it (Buffers).
       memory_mib: { rss: mib(m.rss), heap: mib(m.heapUsed), external: mib(m.external) },
       index_mib: mib(
-        [...this.registry.indexes().values()].reduce(
-          (a, ix) => a + ix.stats().tiers.reduce((b, t) => b + t.bytes, 0),
-          0,
-        ),
+        this.registry
+          .indexes()
+          .map(([, ix]) => ix)
+          .reduce((a, ix) => a + ix.stats().tiers.reduce((b, t) => b + t.bytes, 0), 0),
       ),
     };
   }
@@ -399,9 +401,17 @@ async function readJson(req: IncomingMessage, limit: number): Promise<string> {
       }
     });
     req.on('end', () => {
-      if (size <= limit) resolve(Buffer.concat(chunks).toString('utf8'));
-      else reject(new HttpError(413, `request body over ${limit} bytes`));
+      if (size > limit) return reject(new HttpError(413, `request body over ${limit} bytes`));
+      try {
+        resolve(UTF8.decode(Buffer.concat(chunks)));
+      } catch {
+        reject(new HttpError(400, 'the request body is not valid UTF-8'));
+      }
     });
-    req.on('error', reject);
+    // The client went away mid-body: its error, not the server's (and it reads no answer).
+    req.on('error', (err) => reject(new HttpError(400, `request body cut short: ${err.message}`)));
   });
 }
+
+/** Refuses bytes that are not UTF-8 (as a JSON parser over bytes does), rather than replacing them. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });

@@ -1,6 +1,6 @@
 import type { WorkerSource } from '../router_index.js';
 import { HttpError } from './json.js';
-import type { Registration } from './registry.js';
+import { checkEndpoint, type Registration } from './registry.js';
 
 /** What a registration subscribes to. */
 export function sourceOf(r: Registration): WorkerSource {
@@ -20,14 +20,8 @@ function reachable(endpoint: string, host: string): string {
   return endpoint.replace(/^(tcp:\/\/)(\*|0\.0\.0\.0|\[::\]|::)(:\d+)$/, `$1${host}$3`);
 }
 
-/**
- * A kvplane node's endpoints, from its `/healthz`: its gRPC server when it has one (snapshots,
- * epochs), else its ZMQ stream and replay socket.
- */
-export async function discoverNode(
-  url: string,
-  timeoutMs = 5000,
-): Promise<{ endpoint: string; replayEndpoint: string | null }> {
+/** A kvplane node's HTTP URL, checked: anything but an `http:` or `https:` URL is a 400. */
+export function nodeUrl(url: string): URL {
   let u: URL;
   try {
     u = new URL(url);
@@ -36,22 +30,78 @@ export async function discoverNode(
   }
   if (u.protocol !== 'http:' && u.protocol !== 'https:')
     throw new HttpError(400, `invalid node url \`${url}\`: http or https`);
-  let health: { endpoints?: { zmq?: string | null; replay?: string | null; grpc_port?: number | null } };
+  return u;
+}
+
+/** The most of a node's `/healthz` answer that is read: a kvplane node's is under a kilobyte. */
+const HEALTH_BYTES = 1 << 20;
+
+/**
+ * A kvplane node's endpoints, from its `/healthz`: its gRPC server when it has one (snapshots,
+ * epochs), else its ZMQ stream and replay socket. The answer is checked as a registration's own
+ * endpoints are: one that is not a kvplane node's (too large, a redirect, endpoints that are not
+ * endpoints) is a 502.
+ */
+export async function discoverNode(
+  url: string,
+  timeoutMs = 5000,
+): Promise<{ endpoint: string; replayEndpoint: string | null }> {
+  const u = nodeUrl(url);
+  let health: unknown;
   try {
-    const res = await fetch(new URL('/healthz', u), { signal: AbortSignal.timeout(timeoutMs) });
+    const res = await fetch(new URL('/healthz', u), { signal: AbortSignal.timeout(timeoutMs), redirect: 'error' });
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
-    health = (await res.json()) as typeof health;
+    health = JSON.parse(await textUpTo(res, HEALTH_BYTES));
   } catch (err) {
     throw new HttpError(502, `cannot read ${url}/healthz: ${(err as Error).message}`);
   }
-  const e = health.endpoints;
-  if (!e) throw new HttpError(502, `${url}/healthz names no endpoints: not a kvplane node`);
-  if (e.grpc_port) return { endpoint: `grpc://${u.hostname}:${e.grpc_port}`, replayEndpoint: null };
-  if (e.zmq) {
+  const e = (health as { endpoints?: unknown } | null)?.endpoints;
+  if (typeof e !== 'object' || e === null) {
+    throw new HttpError(502, `${url}/healthz names no endpoints: not a kvplane node`);
+  }
+  const { zmq, replay, grpc_port: grpcPort } = e as Record<string, unknown>;
+  const notNode = (what: string): never => {
+    throw new HttpError(502, `${url}/healthz: ${what}: not a kvplane node's`);
+  };
+  const endpoint = (v: unknown, what: string): string => {
+    if (typeof v !== 'string') return notNode(`${what} ${JSON.stringify(v)}`);
+    const ep = reachable(v, u.hostname);
+    try {
+      checkEndpoint(ep);
+    } catch (err) {
+      return notNode((err as Error).message);
+    }
+    return ep;
+  };
+  if (grpcPort !== undefined && grpcPort !== null) {
+    if (typeof grpcPort !== 'number' || !Number.isInteger(grpcPort) || grpcPort < 1 || grpcPort > 65535) {
+      return notNode(`grpc_port ${JSON.stringify(grpcPort)}`);
+    }
+    return { endpoint: `grpc://${u.hostname}:${grpcPort}`, replayEndpoint: null };
+  }
+  if (zmq !== undefined && zmq !== null) {
     return {
-      endpoint: reachable(e.zmq, u.hostname),
-      replayEndpoint: e.replay ? reachable(e.replay, u.hostname) : null,
+      endpoint: endpoint(zmq, 'zmq'),
+      replayEndpoint: replay === undefined || replay === null ? null : endpoint(replay, 'replay'),
     };
   }
   throw new HttpError(502, `${url} serves neither gRPC nor ZMQ`);
+}
+
+/** An answer's body as text, refused once it is over `limit` bytes. */
+async function textUpTo(res: Response, limit: number): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = res.body?.getReader();
+  for (;;) {
+    const next = await reader?.read();
+    if (next === undefined || next.done) break;
+    size += next.value.length;
+    if (size > limit) {
+      await reader?.cancel();
+      throw new Error(`answer over ${limit} bytes`);
+    }
+    chunks.push(next.value);
+  }
+  return Buffer.concat(chunks).toString('utf8');
 }

@@ -1,4 +1,5 @@
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { bindOrThrow } from '../../errors.js';
 
 /** Listens on `host:port`; an address that cannot be bound is `ERR_BIND`. */
@@ -16,4 +17,46 @@ export function listen(server: Server, port: number, host: string): Promise<void
         });
       }),
   );
+}
+
+/**
+ * A request's target as a URL, or `null` when it is not one: Node's HTTP parser lets through
+ * targets (`//[`, `http://a:99999/`) that `URL` refuses.
+ */
+export function requestUrl(req: IncomingMessage, base: string): URL | null {
+  try {
+    return new URL(req.url ?? '/', base);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Serves `handle` for each request, and answers in JSON what would otherwise end without one: a
+ * request Node's HTTP parser refuses (400, 431 for headers too large, 408 for a request too slow)
+ * and any error `handle` lets out (500, or the connection closed when the answer had begun).
+ */
+export function serveJson(server: Server, handle: (req: IncomingMessage, res: ServerResponse) => Promise<void>): void {
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => {
+    handle(req, res).catch((err: Error) => {
+      if (res.headersSent) return void res.destroy();
+      const body = JSON.stringify({ error: err.message });
+      res.writeHead(500, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      res.end(body);
+    });
+  });
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
+    // As Node's own answer: only on a connection that has not been written to, else it just ends.
+    if (err.code === 'ECONNRESET' || !socket.writable || socket.bytesWritten > 0) return void socket.destroy();
+    const [status, reason] =
+      err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large']
+        : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+          ? [408, 'Request Timeout']
+          : [400, 'Bad Request'];
+    const body = JSON.stringify({ error: `malformed HTTP request: ${err.code ?? err.message}` });
+    socket.end(
+      `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    );
+  });
 }

@@ -9,7 +9,7 @@ import type { SourceHealth } from '../../sources/source.js';
 import { bearerMatches } from '../auth.js';
 import type { KvGrpcServer } from '../grpc/server.js';
 import { trimMemorySoon } from '../memory.js';
-import { listen } from './listen.js';
+import { listen, requestUrl, serveJson } from './listen.js';
 import { type MetricsOptions, publisherMetrics, type RecoverCounts } from './metrics.js';
 
 /** An input feeding the publisher, as `/healthz` lists it. */
@@ -100,9 +100,7 @@ export class KvHttpServer extends EventEmitter<KvHttpServerEvents> {
   static async #create(opts: KvHttpServerOptions): Promise<KvHttpServer> {
     const server = createServer();
     const self = new KvHttpServer(server, opts);
-    server.on('request', (req: IncomingMessage, res: ServerResponse) => {
-      void self.#handle(req, res);
-    });
+    serveJson(server, (req, res) => self.#handle(req, res));
     await listen(server, opts.port ?? 0, opts.host ?? '127.0.0.1');
     return self;
   }
@@ -118,8 +116,9 @@ export class KvHttpServer extends EventEmitter<KvHttpServerEvents> {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://localhost');
+    const url = requestUrl(req, 'http://localhost');
     try {
+      if (url === null) return this.#send(res, 400, 'application/json', '{"error":"malformed request target"}');
       if (this.#token !== undefined && !bearerMatches(req.headers.authorization, this.#token)) {
         res.setHeader('www-authenticate', 'Bearer');
         return this.#send(res, 401, 'application/json', '{"error":"missing or wrong bearer token"}');
