@@ -53,7 +53,7 @@ npm init -y >/dev/null
 npm install --no-audit --no-fund --loglevel=error "$root_tgz" "$binding_tgz"
 echo "installed without the optional transports: $(du -sk node_modules | cut -f1) KiB in node_modules"
 
-echo "== hashing, the router index and a live-only publisher need no transport package"
+echo "== hashing, the router index with a live-only subscription and a live-only publisher need no transport package"
 node -e '
   const k = require("kvplane");
   for (const peer of ["zeromq", "@grpc/grpc-js"]) {
@@ -62,16 +62,26 @@ node -e '
   const index = new k.RouterIndex({ blockSize: 2 });
   const m = index.findMatches([1, 2, 3, 4], { loraName: null, cacheSalt: null });
   if (m.workerIds.length !== 0) throw new Error("an empty index matched");
-  index.close();
+  // A ZMQ subscription reads its live stream natively; its replay fetches are zeromq.js.
+  const live = index.subscribe(1n, { kind: "zmq", endpoint: "tcp://127.0.0.1:9" });
+  try {
+    index.subscribe(2n, { kind: "zmq", endpoint: "tcp://127.0.0.1:9", replayEndpoint: "tcp://127.0.0.1:10" });
+    throw new Error("a subscription with replay opened without zeromq");
+  } catch (e) {
+    if (e.code !== "ERR_MISSING_DEPENDENCY") throw e;
+  }
+  if (index.subscriptionStats().length !== 1 || live.workerId !== 1n) throw new Error("subscriptions: " + index.subscriptionStats().length);
   // The live socket binds natively; the replay ROUTER is zeromq.js.
-  k.KvEventPublisher.create({ endpoint: "tcp://127.0.0.1:*", replayEndpoint: null })
+  index
+    .close()
+    .then(() => k.KvEventPublisher.create({ endpoint: "tcp://127.0.0.1:*", replayEndpoint: null }))
     .then((live) => live.close())
     .then(() => k.KvEventPublisher.create({ endpoint: "tcp://127.0.0.1:*", replayEndpoint: "tcp://127.0.0.1:*" }))
     .then(
       () => { throw new Error("a publisher with replay opened without zeromq") },
       (e) => {
         if (e.code !== "ERR_MISSING_DEPENDENCY" || !e.message.includes("npm install zeromq")) throw e;
-        console.log("without transports: hashing, RouterIndex and a live-only publisher ok; replay asks for zeromq");
+        console.log("without transports: hashing, RouterIndex, a live-only subscription and publisher ok; replay asks for zeromq");
       },
     );
 '

@@ -115,7 +115,12 @@ export class ZmqSubscription implements Subscription {
   }
 
   start(): void {
-    void this.#source.start(this.#sink);
+    // A link that cannot open (an endpoint only zeromq.js speaks, without the package) is this
+    // subscription's error, not the process's unhandled rejection.
+    this.#source.start(this.#sink).catch((err: Error) => {
+      this.#lastError = err.message;
+      this.#o.onWarning?.('subscription could not start', { worker_id: this.workerId, error: err.message });
+    });
   }
 
   /** A native link to `endpoint`, or `null` (zeromq.js) for an endpoint it does not speak. */

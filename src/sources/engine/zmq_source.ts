@@ -176,6 +176,9 @@ class ZmqjsFeed implements LiveFeed {
   }
 
   async close(): Promise<void> {
+    // The watcher's observer is closed first: an `inproc://` socket that never connected reports
+    // no `end` when it closes, and its watcher would wait forever.
+    this.#sub.events.close();
     this.#sub.close();
     await Promise.allSettled(this.#loops);
   }
@@ -503,6 +506,9 @@ export class EngineZmqSource implements EventSource {
   /** `coalesceBytes`, checked. */
   readonly coalesceBytes: number;
   #links: RankLink[] = [];
+  /** `start`'s opening, once begun: `stop` waits for it, so that what it opens is closed. */
+  #starting: Promise<void> | null = null;
+  #stopped = false;
 
   constructor(options: EngineZmqOptions) {
     if (!['vllm', 'sglang', 'trtllm'].includes(options.engine)) {
@@ -517,15 +523,25 @@ export class EngineZmqSource implements EventSource {
     for (const e of [options.endpoint, options.replayEndpoint ?? '']) {
       if (e.includes('*')) invalidArg(`${e} is a bind address: give the engine's host (tcp://HOST:PORT) to connect to`);
     }
+    // Gaps are fetched over a zeromq.js DEALER: without the package, this call fails, not a gap
+    // minutes later on a callback.
+    if (options.replayEndpoint) zeromq();
     this.options = options;
     this.name = options.engine;
     this.dialect = options.engine;
   }
 
   async start(sink: EventSink): Promise<void> {
-    if (this.#links.length > 0) throw new KvPlaneError('ERR_INVALID_ARG', `the ${this.name} source is already started`);
+    if (this.#starting !== null) throw new KvPlaneError('ERR_INVALID_ARG', `the ${this.name} source is already started`);
+    this.#starting = this.#open(sink);
+    await this.#starting;
+  }
+
+  async #open(sink: EventSink): Promise<void> {
     const relay = relaySink(sink);
     await relay.flush();
+    // Stopped while the sink flushed: nothing is opened (a link opened now would never close).
+    if (this.#stopped) return;
     const o = this.options;
     const ranks = Array.from({ length: o.dpSize ?? 1 }, (_, r) => r);
     // The stream opens with every rank it serves cleared: a consumer drops what an earlier relay
@@ -545,6 +561,8 @@ export class EngineZmqSource implements EventSource {
   }
 
   async stop(): Promise<void> {
+    this.#stopped = true;
+    await this.#starting?.catch(() => {});
     await Promise.all(this.#links.map((l) => l.stop()));
   }
 

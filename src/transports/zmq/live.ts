@@ -116,6 +116,8 @@ export class ZmqjsLive implements LiveSocket {
   async close(): Promise<void> {
     await this.#writer.flushed();
     this.#pub.linger = CLOSE_LINGER_MS;
+    // Its watcher ends with its observer (no `end` comes on some transports, e.g. `inproc://`).
+    this.#pub.events.close();
     this.#pub.close();
   }
 
