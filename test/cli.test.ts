@@ -18,6 +18,9 @@ describe('kvplane serve --engine sim', () => {
       config,
       JSON.stringify({
         buffer_steps: 500,
+        // Every flag has its key: these two had none.
+        replay_send_budget_bytes: 4 << 20,
+        engine_hwm: 5000,
         topic: 'sim',
         sim: { requests_per_second: 200, seed: 4 },
         http: { port: 0 },

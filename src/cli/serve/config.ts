@@ -125,6 +125,8 @@ export function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): 
     engine_url,
     engine_poll_ms,
     engine_coalesce_bytes,
+    engine_hwm,
+    replay_send_budget_bytes,
     native_zmq,
     ...rest
   } = json as Record<string, unknown> & { kv_events_config?: Record<string, unknown> };
@@ -140,6 +142,8 @@ export function applyConfigFile(c: ServeConfig, json: Record<string, unknown>): 
   if (engine_url !== undefined) c.engineSource.url = engine_url as string;
   if (engine_poll_ms !== undefined) c.engineSource.pollMs = engine_poll_ms as number;
   if (engine_coalesce_bytes !== undefined) c.engineSource.coalesceBytes = engine_coalesce_bytes as number;
+  if (engine_hwm !== undefined) c.engineSource.receiveHwm = engine_hwm as number;
+  if (replay_send_budget_bytes !== undefined) c.publisher.replaySendBudgetBytes = replay_send_budget_bytes as number;
   if (native_zmq !== undefined) {
     if (typeof native_zmq !== 'boolean') bad(`native_zmq is ${JSON.stringify(native_zmq)}: true or false`);
     c.publisher.nativeZmq = c.engineSource.native = native_zmq;

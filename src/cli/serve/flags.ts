@@ -116,7 +116,7 @@ const FLAGS: Record<string, { help: string; apply: (c: ServeConfig, v: string) =
       (c.http = v === 'none' ? null : { ...(c.http ?? { host: '127.0.0.1' }), port: int('http-port', v) }),
   },
   'grpc-port': {
-    help: 'gRPC port for SubscribeKvEvents (SMG proto), e.g. 50051; "none" to disable (default none)',
+    help: 'gRPC port for SubscribeKvEvents (SMG proto), e.g. 50051; "none" to disable (default none: no gRPC, unless another --grpc-* flag is given, which serves it on 50051)',
     apply: (c, v) => (c.grpc = v === 'none' ? null : { ...grpcOf(c), port: int('grpc-port', v) }),
   },
   'grpc-host': { help: 'gRPC host (default 0.0.0.0)', apply: (c, v) => (c.grpc = { ...grpcOf(c), host: v }) },
@@ -206,5 +206,5 @@ export function parseServeArgs(argv: readonly string[]): ServeConfig {
 
 export function serveHelp(): string {
   const lines = Object.entries(FLAGS).map(([n, f]) => `  --${n.padEnd(20)} ${f.help}`);
-  return `Usage: kvplane serve --engine sim|vllm|sglang|trtllm [flags]\n\nRuns an engine node: the simulated engine or a relay of a real engine's KV events, the ZMQ publisher with replay, the HTTP recovery server and (with --grpc-port) gRPC SubscribeKvEvents.\n\n${lines.join('\n')}\n`;
+  return `Usage: kvplane serve --engine sim|vllm|sglang|trtllm [flags]\n\nRuns an engine node: the simulated engine or a relay of a real engine's KV events, the ZMQ publisher with replay, the HTTP recovery server and (with --grpc-port or any --grpc-* flag) gRPC SubscribeKvEvents.\n\n${lines.join('\n')}\n`;
 }
