@@ -31,7 +31,7 @@ export interface SimEngineOptions {
   /** Steps a request holds its blocks (uniform in 1..max). Default 50. */
   maxRequestSteps?: number;
   vocabSize?: number;
-  /** The engine's block hash. Default `'vllm_sha256_cbor'` (vLLM's default). */
+  /** The engine's block hash. Default `'vllm_sha256_cbor'` (vLLM's `sha256_cbor`; vLLM's own default is `sha256`). */
   hashAlgo?: HashAlgo;
   medium?: string;
 }
