@@ -38,8 +38,12 @@
 // the relay gets a core the engine does not use, as on a GPU node with cores to spare, and the
 // measuring clock is not slowed by what only one kind runs. Needs two CPUs and `taskset`.
 //
+// `--gap S` (with --rounds): every kind waits S seconds before each of its latency steps, so each
+// relay starts each round from idle (more than 5 s idle: kvplane's link thread has handed its free
+// memory back). `head_ms_p99` is the p99 over the first HEAD_BATCHES engine batches of each step.
+//
 //   node bench/relay.mjs [--seconds 10] [--events 32] [--only KIND,KIND...: direct kvplane kvplane_js python forward proxy] [--half-rate N]
-//                        [--coalesce-bytes N] [--no-grpc] [--spin] [--paired] [--rounds K] [--pin]
+//                        [--coalesce-bytes N] [--no-grpc] [--spin] [--paired] [--rounds K] [--pin] [--gap S]
 import { execFileSync, spawn as spawnAnywhere } from 'node:child_process';
 import { createWriteStream } from 'node:fs';
 import { createServer } from 'node:net';
@@ -58,6 +62,10 @@ const spin = args.includes('--spin');
 const paired = args.includes('--paired');
 /** Latency steps in turns across the kinds (see the end of this file); 1: each kind alone. */
 const rounds = Number(flag('--rounds', '1'));
+/** Seconds each kind idles before each of its latency steps (--rounds). */
+const gap = Number(flag('--gap', '0'));
+/** The batches at the start of a step that `head_ms_p99` is taken over. */
+const HEAD_BATCHES = 200;
 /** kvplane's --engine-coalesce-bytes (default: the relay's own). */
 const coalesce = flag('--coalesce-bytes', null);
 /** Events per engine batch: half single-block stores (chains of 4), half removals. */
@@ -450,8 +458,10 @@ if (rounds === 1) {
   // Python relay's backlog) drains first, or the first round pays for it.
   await sleep(5000);
   for (let r = 0; r < rounds; r++)
-    for (const kind of kinds)
+    for (const kind of kinds) {
+      if (gap > 0) await sleep(gap * 1000);
       steps[kind].push(await sessions[kind].latency(rateOf(kind, tops[kind]), seconds / rounds));
+    }
   for (const kind of kinds) {
     results[kind] = summarize(kind, steps[kind], await sessions[kind].internal());
     await sessions[kind].close();
@@ -464,6 +474,7 @@ function summarize(kind, kindSteps, internal) {
   const sorted = kindSteps.flatMap((s) => Array.from(s.latencies)).sort((a, b) => a - b);
   const pairs = kindSteps.flatMap((s) => Array.from(s.paired)).sort((a, b) => a - b);
   const sent = kindSteps.reduce((n, s) => n + s.sent, 0);
+  const heads = kindSteps.flatMap((s) => Array.from(s.latencies.subarray(0, HEAD_BATCHES))).sort((a, b) => a - b);
   return {
     relay: kind,
     top_events_per_sec: Math.round(tops[kind]),
@@ -471,6 +482,8 @@ function summarize(kind, kindSteps, internal) {
     latency_ms_p50: +pct(sorted, 50).toFixed(3),
     latency_ms_p99: +pct(sorted, 99).toFixed(3),
     lost_at_half_rate: kindSteps.reduce((n, s) => n + s.lost, 0),
+    head_ms_p99: +pct(heads, 99).toFixed(3),
+    head_ms_max: +heads[heads.length - 1].toFixed(3),
     ...(kindSteps.length > 1 && { round_p99s: kindSteps.map((s) => p99of(s.latencies)) }),
     ...(pairs.length > 0 && {
       paired_added_ms_p50: +pct(pairs, 50).toFixed(3),
