@@ -506,6 +506,9 @@ describe('HTTP', () => {
     const decoded = msgpackDecode(mp.body, { useBigInt64: true }) as { Events: { epoch: bigint | number } };
     expect(BigInt(decoded.Events.epoch)).toBe(p.epoch);
     expect((await get('?format=msgpack')).type).toBe('application/msgpack');
+    expect((await get('?format=json', { headers: { accept: 'application/msgpack' } })).type).toBe('application/json');
+    const xml = await get('?format=xml');
+    expect([xml.status, JSON.parse(xml.body.toString())]).toEqual([400, { error: 'format is json or msgpack' }]);
   });
 
   it('/healthz reports epoch, seqs, sources and fail-closed state; /metrics is Prometheus text', async () => {

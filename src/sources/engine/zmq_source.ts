@@ -532,7 +532,8 @@ export class EngineZmqSource implements EventSource {
   }
 
   async start(sink: EventSink): Promise<void> {
-    if (this.#starting !== null) throw new KvPlaneError('ERR_INVALID_ARG', `the ${this.name} source is already started`);
+    if (this.#starting !== null)
+      throw new KvPlaneError('ERR_INVALID_ARG', `the ${this.name} source is already started`);
     this.#starting = this.#open(sink);
     await this.#starting;
   }

@@ -150,6 +150,9 @@ export class KvHttpServer extends EventEmitter<KvHttpServerEvents> {
       return this.#send(res, 429, 'application/json', '{"error":"too many /kv_recover requests at once; retry"}');
     }
     const format = url.searchParams.get('format');
+    if (format !== null && format !== 'json' && format !== 'msgpack') {
+      return this.#send(res, 400, 'application/json', '{"error":"format is json or msgpack"}');
+    }
     const msgpack = format === 'msgpack' || (format === null && /application\/msgpack/.test(req.headers.accept ?? ''));
     const param = (name: string) => url.searchParams.get(name) ?? undefined;
     this.#recovering++;
