@@ -104,6 +104,8 @@ describe('kvplane serve --engine sim', () => {
       ['serve', '--bogus', '1'],
       ['serve', '--hwm', 'x'],
       ['serve', '--grpc-tls-cert', 'cert.pem'],
+      ['serve', '--auth-token-file', '/nonexistent/token', '--duration', '1'],
+      ['indexer', '--node-token-file', '/nonexistent/token', '--duration', '1'],
     ]) {
       const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8' });
       expect(r.status, args.join(' ')).toBe(2);

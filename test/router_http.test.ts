@@ -242,6 +242,52 @@ describe('kvplane indexer HTTP API: bad input', () => {
 });
 
 describe('kvplane indexer: a kvplane node registered by URL', () => {
+  it('follows nodes started with a bearer token when given it: discovery, gRPC, and /kv_recover for a ZMQ worker', async () => {
+    const token = 'node-secret';
+    const publisher = await KvEventPublisher.create({
+      endpoint: 'tcp://127.0.0.1:*',
+      replayEndpoint: null,
+      blockSize: 4,
+    });
+    const grpc = await KvGrpcServer.create({ stream: publisher.stream, host: '127.0.0.1', port: 0, authToken: token });
+    const http = await KvHttpServer.create({ publisher, port: 0, grpc, authToken: token });
+    cleanup.push(async () => {
+      await http.close();
+      await grpc.close();
+      await publisher.close();
+    });
+    const tokens = Uint32Array.from({ length: 8 }, (_, i) => i + 1);
+    publisher.publish([
+      { type: 'stored', blockHashes: [21n, 22n], parentBlockHash: null, tokenIds: tokens, blockSize: 4 },
+    ]);
+    await publisher.flush();
+    const url = `http://127.0.0.1:${http.port}`;
+    const reg = { instance_id: 1, url, model_name: 'm', block_size: 4 };
+    // Without the token the node refuses the indexer's /healthz read.
+    const plain = await indexer();
+    const refused = await post(plain.url, '/register', reg);
+    expect([refused.status, refused.json.error]).toEqual([502, `cannot read ${url}/healthz: HTTP 401`]);
+    const ix = await IndexerServer.create({ host: '127.0.0.1', port: 0, nodeToken: token });
+    cleanup.push(() => ix.close());
+    // By URL: its gRPC stream, snapshot first. By its ZMQ endpoint with its URL: the blocks
+    // published before it joined come from the node's /kv_recover tree dump.
+    expect((await post(ix.url, '/register', reg)).status).toBe(201);
+    const zmq = { instance_id: 2, endpoint: publisher.endpoint, url, model_name: 'm', block_size: 4 };
+    expect((await post(ix.url, '/register', zmq)).status).toBe(201);
+    // The ZMQ worker learns where the stream is from the batches that follow (an engine keeps
+    // publishing; here, removals of a block nobody holds), and loads what came before.
+    const query = { token_ids: [...tokens], model_name: 'm' };
+    const want = JSON.stringify({ '1': { '0': 8 }, '2': { '0': 8 } });
+    for (let i = 0; i < 150 && JSON.stringify((await post(ix.url, '/query', query)).json.scores) !== want; i++) {
+      publisher.publish([{ type: 'removed', blockHashes: [999n] }]);
+      await sleep(20);
+    }
+    expect(JSON.stringify((await post(ix.url, '/query', query)).json.scores)).toBe(want);
+    const index = ix.registry.index('m', 'default');
+    expect(index.subscription(1n)?.stats().recoveries.snapshot).toBe(1);
+    expect(index.subscription(2n)?.stats().lastError).toBeNull();
+  });
+
   it('finds its gRPC server from /healthz, rebuilds from its snapshot, and survives an indexer restart from the state file', async () => {
     const publisher = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', blockSize: 4 });
     const grpc = await KvGrpcServer.create({ stream: publisher.stream, host: '127.0.0.1', port: 0 });

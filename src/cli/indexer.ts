@@ -1,5 +1,6 @@
 import { KvPlaneError } from '../errors.js';
 import { IndexerServer, type IndexerServerOptions } from '../router/service/server.js';
+import { readToken } from './token.js';
 
 export interface IndexerConfig extends IndexerServerOptions {
   durationSeconds: number;
@@ -21,6 +22,9 @@ Flags:
   --workers LIST          workers to follow from the start: "id[:dp_rank]=endpoint,..."
                           (e.g. "1=tcp://host:5557,1:1=tcp://host:5558")
   --state-file PATH       keep registrations here; a restarted indexer follows them again
+  --node-token-file PATH  file holding the bearer token of the kvplane nodes it follows (those
+                          started with --auth-token-file): sent to their /healthz, /kv_recover
+                          and gRPC (or set KVPLANE_NODE_TOKEN)
   --zmq-receive MODE      native (default): ZMQ publishers are read on a thread of kvplane's own,
                           in-order batches applied there; js: every message read with zeromq.js
   --duration SECONDS      stop after this long (default: until SIGINT/SIGTERM)
@@ -71,6 +75,7 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     'routing-group',
     'workers',
     'state-file',
+    'node-token-file',
     'duration',
     'zmq-receive',
   ];
@@ -88,6 +93,7 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     host: v.host ?? '0.0.0.0',
     port: int('port', 0, 65535) ?? 8090,
     stateFile: v['state-file'],
+    nodeToken: readToken(v['node-token-file'] ?? null, 'KVPLANE_NODE_TOKEN', '--node-token-file'),
     workers: parseWorkers(v.workers ?? '', blockSize, v['model-name'] ?? 'default', v['routing-group'] ?? 'default'),
     durationSeconds: int('duration', 0, 1e9) ?? 0,
     zmqReceive: zmqReceive(v['zmq-receive']),

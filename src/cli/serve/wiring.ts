@@ -6,6 +6,7 @@ import { type GrpcTlsOptions, KvGrpcServer } from '../../transports/grpc/server.
 import { ENGINE_SERVICE } from '../../transports/grpc/services.js';
 import { KvHttpServer } from '../../transports/http/server.js';
 import { readCurveClients, readCurveSecretKey, type ZmqCurveOptions } from '../../transports/zmq/curve.js';
+import { readToken } from '../token.js';
 import { bad, type GrpcConfig, type ServeConfig } from './config.js';
 
 /** A running `serve`: the source, the publisher, the HTTP and gRPC servers. */
@@ -15,15 +16,6 @@ export interface Serving {
   grpc: KvGrpcServer | null;
   source: EventSource;
   stop(): Promise<void>;
-}
-
-/** The bearer token: the file's first line, else `KVPLANE_AUTH_TOKEN`; none when neither is set. */
-function readAuthToken(file: string | null): string | undefined {
-  const token =
-    file !== null ? (readFileSync(file, 'utf8').split(/\r?\n/)[0] ?? '').trim() : process.env.KVPLANE_AUTH_TOKEN;
-  if (token === undefined || (file === null && token === '')) return undefined;
-  if (token === '') bad(`--auth-token-file ${file}: the file holds no token`);
-  return token;
 }
 
 function readTls(g: GrpcConfig): GrpcTlsOptions | undefined {
@@ -70,7 +62,7 @@ export async function startServe(
   c: ServeConfig,
   onWarning?: (msg: string, detail: Record<string, unknown>) => void,
 ): Promise<Serving> {
-  const authToken = readAuthToken(c.authTokenFile);
+  const authToken = readToken(c.authTokenFile, 'KVPLANE_AUTH_TOKEN', '--auth-token-file');
   const tls = c.grpc ? readTls(c.grpc) : undefined;
   const source = createSource(c.engine, {
     blockSize: c.publisher.blockSize,

@@ -19,6 +19,11 @@ export interface IndexerServerOptions {
   port?: number;
   /** Registrations are kept here and followed again after a restart. */
   stateFile?: string;
+  /**
+   * The bearer token of the kvplane nodes it follows (their `--auth-token-file`), sent to each
+   * node's `/healthz` when registered by URL, to its `/kv_recover` and to its gRPC stream.
+   */
+  nodeToken?: string;
   /** Registered at start (`--workers`). */
   workers?: readonly Omit<Registration, 'url' | 'replayEndpoint'>[];
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
@@ -62,13 +67,15 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   readonly #server: Server;
   readonly #metrics;
   readonly #stateFile: string | undefined;
+  readonly #nodeToken: string | undefined;
 
-  private constructor(server: Server, registry: Registry, stateFile: string | undefined, metrics?: MetricsOptions) {
+  private constructor(server: Server, registry: Registry, opts: IndexerServerOptions) {
     super();
     this.#server = server;
     this.registry = registry;
-    this.#stateFile = stateFile;
-    this.#metrics = indexerMetrics(registry, metrics);
+    this.#stateFile = opts.stateFile;
+    this.#nodeToken = opts.nodeToken;
+    this.#metrics = indexerMetrics(registry, opts.metrics);
   }
 
   static async create(opts: IndexerServerOptions & AbortOptions = {}): Promise<IndexerServer> {
@@ -78,19 +85,19 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   static async #create(opts: IndexerServerOptions): Promise<IndexerServer> {
     const registry = new Registry(opts.onWarning, opts.zmqReceive);
     const server = createServer();
-    const self = new IndexerServer(server, registry, opts.stateFile, opts.metrics);
+    const self = new IndexerServer(server, registry, opts);
     registry.onIndex = (ix, modelName, routingGroup) => {
       ix.on('recovered', (e) => self.emit('recovered', { ...e, modelName, routingGroup }));
       ix.on('warning', (msg, detail) => self.emit('warning', msg, { ...detail, modelName, routingGroup }));
     };
     try {
       const saved = opts.stateFile ? loadRegistrations(opts.stateFile) : [];
-      for (const r of saved) registry.register(r, sourceOf(r));
+      for (const r of saved) registry.register(r, sourceOf(r, opts.nodeToken));
       for (const w of opts.workers ?? []) {
         if (registry.instances().get(w.instanceId)?.ranks.has(w.dpRank)) continue;
         const r: Registration = { ...w, replayEndpoint: null, url: null };
         checkEndpoint(r.endpoint);
-        registry.register(r, sourceOf(r));
+        registry.register(r, sourceOf(r, opts.nodeToken));
       }
       const stateFile = opts.stateFile;
       if (stateFile) {
@@ -227,7 +234,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
         throw new HttpError(400, `invalid replay endpoint \`${replayEndpoint}\`: ${(err as Error).message}`);
       }
     }
-    if (endpoint === null && url !== null) ({ endpoint, replayEndpoint } = await discoverNode(url));
+    if (endpoint === null && url !== null) ({ endpoint, replayEndpoint } = await discoverNode(url, this.#nodeToken));
     const r: Registration = {
       instanceId,
       dpRank,
@@ -239,7 +246,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       url,
       engine,
     };
-    this.registry.register(r, sourceOf(r));
+    this.registry.register(r, sourceOf(r, this.#nodeToken));
   }
 
   #workers(model: string | null, group: string | null): unknown[] {

@@ -2,9 +2,9 @@ import type { WorkerSource } from '../router_index.js';
 import { HttpError } from './json.js';
 import { checkEndpoint, type Registration } from './registry.js';
 
-/** What a registration subscribes to. */
-export function sourceOf(r: Registration): WorkerSource {
-  if (r.endpoint.startsWith('grpc://')) return { kind: 'grpc', address: r.endpoint.slice('grpc://'.length) };
+/** What a registration subscribes to; `token`: the bearer token kvplane nodes ask for. */
+export function sourceOf(r: Registration, token?: string): WorkerSource {
+  if (r.endpoint.startsWith('grpc://')) return { kind: 'grpc', address: r.endpoint.slice('grpc://'.length), token };
   return {
     kind: 'zmq',
     endpoint: r.endpoint,
@@ -12,6 +12,7 @@ export function sourceOf(r: Registration): WorkerSource {
     dialect: r.engine ?? 'vllm',
     // A kvplane node followed over ZMQ: what its replay cannot restore comes from /kv_recover.
     recoverUrl: r.url,
+    recoverToken: r.url === null ? null : token,
   };
 }
 
@@ -44,12 +45,17 @@ const HEALTH_BYTES = 1 << 20;
  */
 export async function discoverNode(
   url: string,
+  token?: string,
   timeoutMs = 5000,
 ): Promise<{ endpoint: string; replayEndpoint: string | null }> {
   const u = nodeUrl(url);
   let health: unknown;
   try {
-    const res = await fetch(new URL('/healthz', u), { signal: AbortSignal.timeout(timeoutMs), redirect: 'error' });
+    const res = await fetch(new URL('/healthz', u), {
+      signal: AbortSignal.timeout(timeoutMs),
+      redirect: 'error',
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+    });
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
     health = JSON.parse(await textUpTo(res, HEALTH_BYTES));
   } catch (err) {

@@ -27,6 +27,8 @@ export interface ZmqSubscriptionOptions {
    * restart, joining) is loaded from its `/kv_recover` tree dump instead of cleared.
    */
   recoverUrl?: string | null;
+  /** The bearer token `recoverUrl` asks for (a node started with `--auth-token-file`). */
+  recoverToken?: string | null;
   /** Payload dialect. Default `vllm` (kvplane nodes publish it too). */
   dialect?: 'vllm' | 'sglang' | 'trtllm';
   /**
@@ -163,7 +165,11 @@ export class ZmqSubscription implements Subscription {
 
   async #treeDumpOnce(target: RouterTarget, url: string): Promise<bigint> {
     try {
-      const res = await fetch(new URL('/kv_recover?format=msgpack', url), { signal: AbortSignal.timeout(30_000) });
+      const token = this.#o.recoverToken;
+      const res = await fetch(new URL('/kv_recover?format=msgpack', url), {
+        signal: AbortSignal.timeout(30_000),
+        headers: token ? { authorization: `Bearer ${token}` } : {},
+      });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const answer = target.applyRecovery(this.workerId, new Uint8Array(await res.arrayBuffer()));
       if (answer.kind !== 'TreeDump') throw new Error(`expected a TreeDump, got ${answer.kind}`);
