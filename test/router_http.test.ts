@@ -242,20 +242,22 @@ describe('kvplane indexer HTTP API: bad input', () => {
 });
 
 describe('kvplane indexer: a kvplane node registered by URL', () => {
-  it('follows nodes started with a bearer token when given it: discovery, gRPC, and /kv_recover for a ZMQ worker', async () => {
-    const token = 'node-secret';
-    const publisher = await KvEventPublisher.create({
-      endpoint: 'tcp://127.0.0.1:*',
-      replayEndpoint: null,
-      blockSize: 4,
-    });
-    const grpc = await KvGrpcServer.create({ stream: publisher.stream, host: '127.0.0.1', port: 0, authToken: token });
-    const http = await KvHttpServer.create({ publisher, port: 0, grpc, authToken: token });
+  /** A kvplane node on loopback (block size 4): its publisher, gRPC and HTTP servers. */
+  async function kvNode(authToken?: string) {
+    const publisher = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', blockSize: 4 });
+    const grpc = await KvGrpcServer.create({ stream: publisher.stream, host: '127.0.0.1', port: 0, authToken });
+    const http = await KvHttpServer.create({ publisher, port: 0, grpc, authToken });
     cleanup.push(async () => {
       await http.close();
       await grpc.close();
       await publisher.close();
     });
+    return { publisher, grpc, http };
+  }
+
+  it('follows nodes started with a bearer token when given it: discovery, gRPC, and /kv_recover for a ZMQ worker', async () => {
+    const token = 'node-secret';
+    const { publisher, http } = await kvNode(token);
     const tokens = Uint32Array.from({ length: 8 }, (_, i) => i + 1);
     publisher.publish([
       { type: 'stored', blockHashes: [21n, 22n], parentBlockHash: null, tokenIds: tokens, blockSize: 4 },
@@ -289,14 +291,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
   });
 
   it('finds its gRPC server from /healthz, rebuilds from its snapshot, and survives an indexer restart from the state file', async () => {
-    const publisher = await KvEventPublisher.create({ endpoint: 'tcp://127.0.0.1:*', blockSize: 4 });
-    const grpc = await KvGrpcServer.create({ stream: publisher.stream, host: '127.0.0.1', port: 0 });
-    const http = await KvHttpServer.create({ publisher, port: 0, grpc });
-    cleanup.push(async () => {
-      await http.close();
-      await grpc.close();
-      await publisher.close();
-    });
+    const { publisher, grpc, http } = await kvNode();
     const tokens = Uint32Array.from({ length: 12 }, (_, i) => i + 1);
     publisher.publish([
       { type: 'stored', blockHashes: [11n, 12n, 13n], parentBlockHash: null, tokenIds: tokens, blockSize: 4 },
