@@ -168,17 +168,18 @@ class ZmqjsFeed implements LiveFeed {
   }
 
   start(h: LiveHandlers): void {
+    // An `inproc://` socket reports no events, not even its end once closed (a watcher would wait
+    // on it for good, and keep the process running): it is connected from the start.
+    const inproc = this.#endpoint.startsWith('inproc://');
     // Watch before connecting: the socket's events are reported from when they are first read.
-    this.#loops.push(this.#watch(h));
+    if (!inproc) this.#loops.push(this.#watch(h));
     this.#sub.connect(this.#endpoint);
     this.#sub.subscribe(this.#topic);
+    if (inproc) h.connected();
     this.#loops.push(this.#receive(h));
   }
 
   async close(): Promise<void> {
-    // The watcher's observer is closed first: an `inproc://` socket that never connected reports
-    // no `end` when it closes, and its watcher would wait forever.
-    this.#sub.events.close();
     this.#sub.close();
     await Promise.allSettled(this.#loops);
   }

@@ -16,6 +16,8 @@ export interface LiveSocket {
   readonly sendFailed: number;
   /** Messages a peer lost because its queue was full (its seq gap), where counted. */
   readonly dropped: number;
+  /** Peers cut off for holding too many subscriptions, and connections the listener failed to accept (native socket only). */
+  readonly refused: { peers: number; acceptErrors: number };
   /** Resolves once every batch handed over is with the socket. */
   flushed(): Promise<void>;
   /** Gives the socket `CLOSE_LINGER_MS` to write what it queues, then closes it. */
@@ -49,6 +51,11 @@ export class NativeLive implements LiveSocket {
 
   get dropped(): number {
     return this.#pub.stats().dropped;
+  }
+
+  get refused(): { peers: number; acceptErrors: number } {
+    const s = this.#pub.stats();
+    return { peers: s.refusedPeers, acceptErrors: s.acceptErrors };
   }
 
   /** Batches are with the socket as soon as they are logged. */
@@ -105,6 +112,11 @@ export class ZmqjsLive implements LiveSocket {
     return 0;
   }
 
+  /** libzmq caps neither, and counts neither. */
+  get refused(): { peers: number; acceptErrors: number } {
+    return { peers: 0, acceptErrors: 0 };
+  }
+
   flushed(): Promise<void> {
     return this.#writer.flushed();
   }
@@ -116,8 +128,6 @@ export class ZmqjsLive implements LiveSocket {
   async close(): Promise<void> {
     await this.#writer.flushed();
     this.#pub.linger = CLOSE_LINGER_MS;
-    // Its watcher ends with its observer (no `end` comes on some transports, e.g. `inproc://`).
-    this.#pub.events.close();
     this.#pub.close();
   }
 
