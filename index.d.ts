@@ -694,6 +694,10 @@ export interface ZmqPublisherStatsOut {
   sent: number
   dropped: number
   queued: number
+  /** Peers cut off for holding too many subscriptions. */
+  refusedPeers: number
+  /** Connections the listener failed to accept (and went on from). */
+  acceptErrors: number
 }
 
 export interface ZmqStintOut {

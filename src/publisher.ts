@@ -95,6 +95,11 @@ export interface PublisherStats {
    * subscribers (the native socket counts them; zeromq.js's drops uncounted).
    */
   zmqLiveDropped: number;
+  /**
+   * The native live socket's subscribers cut off for holding more than 256 distinct subscriptions,
+   * and the connections its listener failed to accept (out of file descriptors; it goes on).
+   */
+  zmqLiveRefused: { peers: number; acceptErrors: number };
 }
 
 /**
@@ -302,6 +307,7 @@ export class KvEventPublisher {
       failClosed: [...this.stream.failClosed],
       authRefused: this.#zmq.authRefused,
       zmqLiveDropped: this.#zmq.dropped,
+      zmqLiveRefused: this.#zmq.refused,
     };
   }
 

@@ -120,6 +120,10 @@ pub struct ZmqPublisherStatsOut {
   pub sent: f64,
   pub dropped: f64,
   pub queued: f64,
+  /// Peers cut off for holding too many subscriptions.
+  pub refused_peers: f64,
+  /// Connections the listener failed to accept (and went on from).
+  pub accept_errors: f64,
 }
 
 /// The live stream's PUB socket, bound natively.
@@ -145,6 +149,8 @@ impl NativeZmqPublisher {
       sent: s.sent as f64,
       dropped: s.dropped as f64,
       queued: s.queued as f64,
+      refused_peers: s.refused_peers as f64,
+      accept_errors: s.accept_errors as f64,
     }
   }
 

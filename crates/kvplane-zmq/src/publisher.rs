@@ -28,6 +28,10 @@ pub struct PubOptions {
   pub handshake_timeout: Duration,
   /// A peer frame (a subscription) larger than this ends its connection.
   pub max_frame: usize,
+  /// Distinct subscriptions a peer may hold; one more ends its connection (counted). Every
+  /// message is matched against each of a peer's subscriptions, so without a bound one peer could
+  /// slow every send and hold any amount of memory.
+  pub max_subscriptions: usize,
 }
 
 impl Default for PubOptions {
@@ -36,6 +40,7 @@ impl Default for PubOptions {
       hwm: 10_000,
       handshake_timeout: Duration::from_secs(5),
       max_frame: 64 << 10,
+      max_subscriptions: 256,
     }
   }
 }
@@ -50,13 +55,17 @@ pub struct PubStats {
   pub dropped: u64,
   /// Messages queued and not yet written, over all peers.
   pub queued: u64,
+  /// Peers whose connection was ended for subscribing past `max_subscriptions`.
+  pub refused_peers: u64,
+  /// Connections the listener failed to accept (out of file descriptors, memory); it goes on.
+  pub accept_errors: u64,
 }
 
 #[derive(Default)]
 struct Queue {
   msgs: VecDeque<Message>,
-  /// Subscriptions in the order made (a prefix may be subscribed more than once).
-  subs: Vec<Vec<u8>>,
+  /// Each prefix subscribed, with how many times (ZMQ counts them: each cancel takes one).
+  subs: Vec<(Vec<u8>, u32)>,
   /// Messages taken by the writer and not yet written.
   writing: usize,
 }
@@ -79,6 +88,8 @@ struct Shared {
   tasks: Mutex<Vec<JoinHandle<()>>>,
   sent: AtomicU64,
   dropped: AtomicU64,
+  refused_peers: AtomicU64,
+  accept_errors: AtomicU64,
 }
 
 impl Shared {
@@ -159,6 +170,8 @@ impl Publisher {
       tasks: Mutex::new(Vec::new()),
       sent: AtomicU64::new(0),
       dropped: AtomicU64::new(0),
+      refused_peers: AtomicU64::new(0),
+      accept_errors: AtomicU64::new(0),
     });
     let accept = runtime::handle().spawn(accept(listener, shared.clone()));
     Ok(Publisher {
@@ -180,7 +193,7 @@ impl Publisher {
     let first: &[u8] = msg.first().map(|f| f.as_slice()).unwrap_or_default();
     for peer in self.shared.peers().iter() {
       let mut q = peer.queue();
-      if !q.subs.iter().any(|s| first.starts_with(s)) {
+      if !q.subs.iter().any(|(s, _)| first.starts_with(s)) {
         continue;
       }
       if q.msgs.len() >= self.shared.opts.hwm {
@@ -207,6 +220,8 @@ impl Publisher {
       sent: self.shared.sent.load(Relaxed),
       dropped: self.shared.dropped.load(Relaxed),
       queued,
+      refused_peers: self.shared.refused_peers.load(Relaxed),
+      accept_errors: self.shared.accept_errors.load(Relaxed),
     }
   }
 
@@ -236,23 +251,41 @@ impl Drop for Publisher {
   }
 }
 
+/// How long the listener waits after failing to accept a connection before it tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// Accepts peers until the publisher closes. A failed accept (the process out of file
+/// descriptors, the system out of memory) is counted and retried after `ACCEPT_RETRY`: ending
+/// here would leave the endpoint unbound for good while every other part of the node serves on.
 async fn accept(listener: Listener, shared: Arc<Shared>) {
+  let failed = |shared: &Shared| {
+    shared.accept_errors.fetch_add(1, Relaxed);
+    tokio::time::sleep(ACCEPT_RETRY)
+  };
   match listener {
     Listener::Tcp(l) => {
       let Ok(l) = tokio::net::TcpListener::from_std(l) else {
         return;
       };
-      while let Ok((s, _)) = l.accept().await {
-        let _ = s.set_nodelay(true);
-        spawn_peer(s, &shared);
+      loop {
+        match l.accept().await {
+          Ok((s, _)) => {
+            let _ = s.set_nodelay(true);
+            spawn_peer(s, &shared);
+          }
+          Err(_) => failed(&shared).await,
+        }
       }
     }
     Listener::Ipc(l) => {
       let Ok(l) = tokio::net::UnixListener::from_std(l) else {
         return;
       };
-      while let Ok((s, _)) = l.accept().await {
-        spawn_peer(s, &shared);
+      loop {
+        match l.accept().await {
+          Ok((s, _)) => spawn_peer(s, &shared),
+          Err(_) => failed(&shared).await,
+        }
       }
     }
   }
@@ -300,7 +333,7 @@ async fn peer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, shared: 
   });
   shared.peers().push(peer.clone());
   // Aborted with this task too (the reader holds half the connection open).
-  let reader = AbortOnDrop(tokio::spawn(subscriptions(r, peer.clone(), max)));
+  let reader = AbortOnDrop(tokio::spawn(subscriptions(r, peer.clone(), shared.clone())));
   let mut buf = Vec::with_capacity(64 << 10);
   while !peer.gone.load(Relaxed) {
     let batch: Vec<Message> = {
@@ -362,18 +395,30 @@ async fn write_messages<W: AsyncWrite + Unpin>(
 }
 
 /// Reads a peer's subscriptions (ZMTP 3.0's form: `0x01` + prefix subscribes, `0x00` + prefix
-/// cancels one) until it goes.
-async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, max: usize) {
-  while let Ok((flags, body)) = read_frame(&mut r, max).await {
+/// cancels one) until it goes, or until it holds more than `max_subscriptions` distinct ones.
+async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, shared: Arc<Shared>) {
+  while let Ok((flags, body)) = read_frame(&mut r, shared.opts.max_frame).await {
     if flags & zmtp::COMMAND != 0 {
       continue;
     }
     let mut q = peer.queue();
     match body.split_first() {
-      Some((1, prefix)) => q.subs.push(prefix.to_vec()),
+      Some((1, prefix)) => {
+        if let Some((_, n)) = q.subs.iter_mut().find(|(s, _)| s == prefix) {
+          *n = n.saturating_add(1);
+        } else if q.subs.len() >= shared.opts.max_subscriptions {
+          shared.refused_peers.fetch_add(1, Relaxed);
+          break;
+        } else {
+          q.subs.push((prefix.to_vec(), 1));
+        }
+      }
       Some((0, prefix)) => {
-        if let Some(i) = q.subs.iter().position(|s| s == prefix) {
-          q.subs.remove(i);
+        if let Some(i) = q.subs.iter().position(|(s, _)| s == prefix) {
+          q.subs[i].1 -= 1;
+          if q.subs[i].1 == 0 {
+            q.subs.remove(i);
+          }
         }
       }
       _ => {}
@@ -464,6 +509,55 @@ mod tests {
     );
     assert_eq!(parse_bind("inproc://x"), None);
     assert_eq!(parse_bind("tcp://host.example:1"), None);
+  }
+
+  #[test]
+  fn a_peer_past_its_subscription_cap_is_cut_off_and_counted_while_repeats_count_once() {
+    let opts = PubOptions {
+      max_subscriptions: 4,
+      ..PubOptions::default()
+    };
+    let p = Publisher::bind("tcp://127.0.0.1:0", opts).unwrap();
+    let mut fine = subscriber(&p, b"a");
+    // The same prefix a hundred times is one subscription; four distinct ones are allowed.
+    let mut subs = Vec::new();
+    for _ in 0..100 {
+      zmtp::subscribe(b"a", &mut subs);
+    }
+    for t in [b"b", b"c", b"d"] {
+      zmtp::subscribe(t, &mut subs);
+    }
+    fine.write_all(&subs).unwrap();
+    let mut greedy = subscriber(&p, b"x0");
+    let mut more = Vec::new();
+    for i in 1..5 {
+      zmtp::subscribe(format!("x{i}").as_bytes(), &mut more);
+    }
+    greedy.write_all(&more).unwrap();
+    until(|| p.stats().refused_peers == 1 && p.stats().peers == 1);
+    until(|| {
+      p.shared
+        .peers()
+        .iter()
+        .all(|peer| peer.queue().subs.len() == 4)
+    });
+    p.send(msg(b"a", 1, vec![1]));
+    assert_eq!(frame(&mut fine).1, b"a");
+    assert_eq!(frame(&mut fine).1, 1u64.to_be_bytes());
+    assert_eq!(frame(&mut fine).1, [1]);
+    let mut b = [0u8; 1];
+    assert!(
+      matches!(greedy.read(&mut b), Ok(0) | Err(_)),
+      "the greedy peer's connection ended"
+    );
+    // A cancel takes one of the hundred.
+    let mut cancel = Vec::new();
+    zmtp::frame_header(0, 2, &mut cancel);
+    cancel.extend_from_slice(&[0, b'a']);
+    fine.write_all(&cancel).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    p.send(msg(b"a", 2, vec![2]));
+    assert_eq!(frame(&mut fine).1, b"a");
   }
 
   #[test]

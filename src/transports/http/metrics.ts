@@ -95,6 +95,16 @@ export function publisherMetrics(
     () => stats().zmqLiveDropped,
   );
   counter(
+    'kvplane_zmq_live_peers_refused_total',
+    'Live ZMQ subscribers cut off for holding more than 256 distinct subscriptions',
+    () => stats().zmqLiveRefused.peers,
+  );
+  counter(
+    'kvplane_zmq_live_accept_errors_total',
+    'Connections the live ZMQ socket failed to accept (out of file descriptors or memory); it goes on accepting',
+    () => stats().zmqLiveRefused.acceptErrors,
+  );
+  counter(
     'kvplane_zmq_auth_refused_total',
     'ZMQ CURVE clients refused: their key is not among the allowed clients',
     () => stats().authRefused,

@@ -117,6 +117,11 @@ export class ZmqTransport {
     return this.#live.dropped;
   }
 
+  /** The live socket's peers cut off for too many subscriptions, and its failed accepts. */
+  get refused(): { peers: number; acceptErrors: number } {
+    return this.#live.refused;
+  }
+
   get replayCounters(): ReplayCounters & { sessions: number } {
     const counters = this.#replay?.counters ?? noReplays();
     return { ...counters, sessions: this.#replay?.sessions ?? 0 };
