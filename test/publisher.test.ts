@@ -392,6 +392,50 @@ describe('replay', () => {
     expect(await dealerReplay(p.replayEndpoint as string, 12n)).toHaveLength(2);
     expect(p.stats().replay.malformed).toBe(2);
   });
+
+  it('answers every request of a peer that reads, a malformed one in its turn, each with its end marker', async () => {
+    const p = await filled();
+    const d = new Dealer({ receiveTimeout: 5000, receiveHighWaterMark: 4 });
+    cleanup.push(() => d.close());
+    d.connect(p.replayEndpoint as string);
+    // A whole replay, then a hundred malformed requests behind it: once lost when the peer's
+    // queue was full for a moment, even as it read.
+    await d.send([Buffer.alloc(0), seqBuf(1n)]);
+    for (let i = 0; i < 100; i++) await d.send([Buffer.alloc(0), Buffer.from('nope')]);
+    let ends = 0;
+    let batches = 0;
+    while (ends < 101) {
+      const f = (await d.receive()) as Buffer[];
+      if (f[2]?.equals(END)) ends++;
+      else batches++;
+    }
+    expect([batches, ends, p.stats().replay.abandoned]).toEqual([12, 101, 0]);
+    // A frame no request needs is refused by the socket, not buffered: the peer is cut off.
+    const big = new Dealer({ receiveTimeout: 1000 });
+    cleanup.push(() => big.close());
+    big.connect(p.replayEndpoint as string);
+    await big.send([Buffer.alloc(0), Buffer.alloc(64 * 1024)]);
+    await expect(big.receive()).rejects.toThrow();
+    expect(await dealerReplay(p.replayEndpoint as string, 12n)).toHaveLength(2);
+  });
+
+  it('a peer that asks and never reads holds one replay session, not every one', async () => {
+    const p = await publisher({ replaySendTimeoutMs: 20_000, topic: 't' });
+    for (let i = 0; i < 64; i++) {
+      p.publish(chain(64, 1 + 64 * i));
+      await p.flush();
+    }
+    const stalled = new Dealer({ receiveHighWaterMark: 1 });
+    cleanup.push(() => stalled.close());
+    stalled.connect(p.replayEndpoint as string);
+    for (let i = 0; i < 200; i++) await stalled.send([Buffer.alloc(0), seqBuf(1n)]);
+    await until(() => p.stats().replay.requests >= 200, "the stalled peer's requests");
+    // Another peer is served at once, not after the stalled one's sessions time out.
+    const t0 = performance.now();
+    expect(await dealerReplay(p.replayEndpoint as string, p.indexer.lastSeq - 4n)).toHaveLength(6);
+    expect(performance.now() - t0).toBeLessThan(5000);
+    expect(p.stats().replay.sessions).toBeLessThanOrEqual(1);
+  }, 30_000);
 });
 
 describe('recovering after a gap', () => {

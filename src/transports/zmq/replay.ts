@@ -29,6 +29,8 @@ const EMPTY = Buffer.alloc(0);
 export const MAX_REPLAY_SESSIONS = 16;
 /** Requests that may wait for a session; beyond it a request is refused (the end marker alone) and counted. */
 export const MAX_REPLAY_WAITING = 4096;
+/** The largest frame a replay peer may send (a request's seq is 8 bytes; its delimiter empty). */
+export const REQUEST_MAX_BYTES = 1024;
 /** Batches fetched from the log per native call (each session holds one chunk's copies). */
 const CHUNK = 8;
 /** Logged batches kept for the replays in progress, shared by them (`ReplayCache`). */
@@ -68,7 +70,10 @@ export class ReplayServer {
   readonly #cache = new ReplayCache(REPLAY_CACHE_BYTES);
   #loop: Promise<void> = Promise.resolve();
   #sessions = new Set<Promise<void>>();
-  readonly #waiting: Array<{ id: Buffer; start: bigint }> = [];
+  /** Requests waiting for a session, in order; `start` null: a malformed one (the end marker alone). */
+  readonly #waiting: Array<{ id: Buffer; start: bigint | null }> = [];
+  /** Peers (identities) with a session running: a peer is served one request at a time. */
+  readonly #busy = new Set<string>();
 
   private constructor(router: Router, opts: ReplayServerOptions) {
     this.#router = router;
@@ -81,6 +86,9 @@ export class ReplayServer {
 
   static async create(opts: ReplayServerOptions): Promise<ReplayServer> {
     const router = new (zeromq().Router)({
+      // A request is a seq of 8 bytes: a peer sending a frame over this is disconnected by libzmq
+      // as its header announces it, instead of being buffered (up to any size) to be refused.
+      maxMessageSize: REQUEST_MAX_BYTES,
       mandatory: true,
       sendTimeout: 0,
       sendHighWaterMark: opts.hwm,
@@ -118,18 +126,17 @@ export class ReplayServer {
           (frames.length === 3 && (frames[1] as Buffer).length === 0 && start.length === 8) ||
           (frames.length === 2 && start.length === 8);
         this.counters.requests++;
-        if (!wellFormed) {
-          // Every request gets an answer, so a REQ peer is never left waiting: an empty replay.
-          this.counters.malformed++;
-          this.#writer.push([id, EMPTY, ...this.#prefix, END_OF_REPLAY, EMPTY]);
-          continue;
-        }
         if (this.#waiting.length >= MAX_REPLAY_WAITING) {
+          // Sent once, if the peer has room (else counted abandoned): waiting for it here would
+          // take what the bound is for.
           this.counters.refused++;
           this.#writer.push([id, EMPTY, ...this.#prefix, END_OF_REPLAY, EMPTY]);
           continue;
         }
-        this.#waiting.push({ id, start: start.readBigUInt64BE() });
+        // Every request gets an answer, so a REQ peer is never left waiting: a malformed one an
+        // empty replay, in its turn and waited for as any reply.
+        if (!wellFormed) this.counters.malformed++;
+        this.#waiting.push({ id, start: wellFormed ? start.readBigUInt64BE() : null });
         this.#startSessions();
       }
     } catch (err) {
@@ -137,28 +144,55 @@ export class ReplayServer {
     }
   }
 
-  /** Starts waiting replays while fewer than `MAX_REPLAY_SESSIONS` run. */
+  /**
+   * Starts waiting replays, oldest first, while fewer than `MAX_REPLAY_SESSIONS` run, each peer
+   * one at a time: a peer that asks again and again (or stops reading) holds one session, not all.
+   */
   #startSessions(): void {
-    while (this.#sessions.size < MAX_REPLAY_SESSIONS && this.#waiting.length > 0 && !this.#router.closed) {
-      const { id, start } = this.#waiting.shift() as { id: Buffer; start: bigint };
-      const session = this.#replay(id, start).finally(() => {
-        this.#sessions.delete(session);
+    for (let i = 0; i < this.#waiting.length && this.#sessions.size < MAX_REPLAY_SESSIONS; ) {
+      if (this.#router.closed) return;
+      const { id, start } = this.#waiting[i] as { id: Buffer; start: bigint | null };
+      const peer = id.toString('latin1');
+      if (this.#busy.has(peer)) {
+        i++;
+        continue;
+      }
+      this.#waiting.splice(i, 1);
+      this.#busy.add(peer);
+      const session = this.#replay(id, start).then((served) => {
+        this.#busy.delete(peer);
+        // A peer that left or stayed full past the send timeout would fail its other requests
+        // the same way, each holding a session as long: they are dropped, counted.
+        if (!served) this.#dropWaiting(peer);
+      });
+      const done = session.finally(() => {
+        this.#sessions.delete(done);
         this.#startSessions();
         if (this.#sessions.size === 0) {
           this.#cache.clear();
           trimMemorySoon();
         }
       });
-      this.#sessions.add(session);
+      this.#sessions.add(done);
     }
   }
 
-  async #replay(id: Buffer, start: bigint): Promise<void> {
+  /** Drops `peer`'s waiting requests, each counted abandoned. */
+  #dropWaiting(peer: string): void {
+    for (let i = this.#waiting.length - 1; i >= 0; i--) {
+      if ((this.#waiting[i] as { id: Buffer }).id.toString('latin1') !== peer) continue;
+      this.#waiting.splice(i, 1);
+      this.counters.abandoned++;
+    }
+  }
+
+  /** Sends `id` its replay from `start` (null: the end marker alone); false once abandoned. */
+  async #replay(id: Buffer, start: bigint | null): Promise<boolean> {
     const ix = this.#opts.indexer;
     // Replay up to the newest batch at the time of the request; live batches after it are the
     // live stream's.
     const last = ix.lastSeq;
-    let next = start;
+    let next = start ?? last + 1n;
     try {
       while (next <= last) {
         const copied = this.#cache.misses;
@@ -174,8 +208,10 @@ export class ReplayServer {
         next = (seqs[seqs.length - 1] as bigint) + 1n;
       }
       await this.#sendTo([id, EMPTY, ...this.#prefix, END_OF_REPLAY, EMPTY]);
+      return true;
     } catch {
       this.counters.abandoned++;
+      return false;
     }
   }
 
