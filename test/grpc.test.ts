@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import {
   type ClientReadableStream,
   credentials,
@@ -270,6 +271,29 @@ describe('KvGrpcServer', () => {
       expect(got.batches[3]?.events.map((e) => BigInt(e.event_id))).toEqual([0n, 1n, 2n].map((i) => (4n << 32n) | i));
       expectFullBlocks(got.batches);
     }
+  });
+
+  it('closes connections that open no call (a peer saying nothing held a descriptor for good), never one with a stream open', async () => {
+    const { pub, grpc, address } = await node({}, { idleConnectionMs: 300 });
+    const closedAfter = (data: string) =>
+      new Promise<number>((resolve) => {
+        const t0 = performance.now();
+        const s = connect(grpc.port, '127.0.0.1', () => s.write(data));
+        s.on('data', () => {});
+        s.on('error', () => {});
+        s.on('close', () => resolve(performance.now() - t0));
+      });
+    // Nothing sent, and half of HTTP/2's preface.
+    const [silent, half] = await Promise.all([closedAfter(''), closedAfter('PRI * HTTP/2.0\r\n')]);
+    expect(silent).toBeLessThan(3000);
+    expect(half).toBeLessThan(3000);
+    // A subscriber's stream keeps its connection however long nothing is published.
+    const sub = subscribe(address, 0n, 3);
+    await until(() => sub.got.epoch !== undefined, 'initial metadata');
+    await sleep(1000);
+    await publishBatches(pub, 0, 3);
+    const got = await sub.done;
+    expect([got.status, seqsOf(got.batches)]).toEqual([undefined, range(1, 3)]);
   });
 
   it('serves a Python grpcio client built from smg-grpc-proto: replay from the start, then live', async () => {

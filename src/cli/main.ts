@@ -27,7 +27,7 @@ function rate(n: number): string {
 function reportStatus(s: Serving, seconds: number): () => void {
   const tty = process.stdout.isTTY === true;
   let last = { events: 0, batches: 0, at: performance.now() };
-  const timer = setInterval(() => {
+  const tick = () => {
     const p = s.publisher.stats();
     const ix = s.publisher.indexer.stats();
     const now = performance.now();
@@ -66,6 +66,15 @@ function reportStatus(s: Serving, seconds: number): () => void {
         memory_mib: memoryMib(),
         fail_closed: p.failClosed.length,
       });
+    }
+  };
+  const timer = setInterval(() => {
+    // A status line that cannot be made (the process out of file descriptors: reading its own
+    // memory needs one) is skipped, not a crash of everything the node serves.
+    try {
+      tick();
+    } catch (err) {
+      log({ level: 'warn', msg: 'status skipped', error: (err as Error).message });
     }
   }, seconds * 1000);
   return () => {

@@ -46,6 +46,12 @@ export interface KvGrpcServerOptions {
   /** Serve TLS instead of plaintext. */
   tls?: GrpcTlsOptions;
   /**
+   * A connection with no call open this long is closed (GOAWAY; clients reconnect when they next
+   * call). A connection that never sends a call counts too: without it, peers that connect and
+   * say nothing would hold the process's file descriptors until it ran out. Default 60,000 ms.
+   */
+  idleConnectionMs?: number;
+  /**
    * Batches a subscriber may fall behind before it is cut off with RESOURCE_EXHAUSTED (it
    * resumes by resubscribing from its last seq). Default 1024.
    */
@@ -231,7 +237,10 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
 
   static async #create(opts: KvGrpcServerOptions): Promise<KvGrpcServer> {
     const grpc = grpcJs();
-    const server = new grpc.Server({ 'grpc.max_send_message_length': -1 });
+    const server = new grpc.Server({
+      'grpc.max_send_message_length': -1,
+      'grpc.max_connection_idle_ms': opts.idleConnectionMs ?? 60_000,
+    });
     const self = new KvGrpcServer(server, opts);
     for (const service of opts.services ?? KV_EVENT_SERVICES) {
       const def: Record<string, MethodDefinition<Buffer, Buffer>> = {};
