@@ -9,6 +9,12 @@ pub const VARINT: u8 = 0;
 pub const I64: u8 = 1;
 pub const LEN: u8 = 2;
 pub const I32: u8 = 5;
+/// A group's start and end (proto2's groups; editions' delimited messages use them too).
+pub const SGROUP: u8 = 3;
+pub const EGROUP: u8 = 4;
+/// Groups nested deeper than this in an unknown field are refused (they would be skipped in a loop
+/// bounded by the input anyway; the bound keeps a hostile input's cost plain).
+const MAX_GROUP_DEPTH: usize = 64;
 
 #[inline]
 fn key(field: u32, wire: u8) -> u64 {
@@ -197,8 +203,24 @@ impl<'a> Reader<'a> {
     Ok((field as u32, (k & 7) as u8))
   }
 
-  /// Skips a field of an unknown number.
+  /// Skips a field of an unknown number; a group with all it holds, to its end.
   pub fn skip(&mut self, wire: u8) -> KvResult<()> {
+    if wire != SGROUP {
+      return self.skip_one(wire);
+    }
+    let mut depth = 1;
+    while depth > 0 {
+      match self.key()? {
+        (_, SGROUP) if depth == MAX_GROUP_DEPTH => return self.err("groups nested too deep"),
+        (_, SGROUP) => depth += 1,
+        (_, EGROUP) => depth -= 1,
+        (_, w) => self.skip_one(w)?,
+      }
+    }
+    Ok(())
+  }
+
+  fn skip_one(&mut self, wire: u8) -> KvResult<()> {
     match wire {
       VARINT => self.varint().map(|_| ()),
       I64 => self.fixed::<8>().map(|_| ()),
@@ -272,6 +294,51 @@ mod tests {
       want.extend((0..len).map(|i| i as u8));
       assert!(got == want, "body of {len} bytes");
     }
+  }
+
+  #[test]
+  fn unknown_groups_are_skipped_whole_and_a_stray_end_is_refused() {
+    // field 5 as a group holding a varint, a nested group and a string; then field 1 = 7.
+    let mut b = Vec::new();
+    put_key(&mut b, 5, SGROUP);
+    put_key(&mut b, 1, VARINT);
+    put_varint(&mut b, 300);
+    put_key(&mut b, 2, SGROUP);
+    put_key(&mut b, 3, I32);
+    b.extend([1, 2, 3, 4]);
+    put_key(&mut b, 2, EGROUP);
+    put_key(&mut b, 4, LEN);
+    put_varint(&mut b, 2);
+    b.extend(b"hi");
+    put_key(&mut b, 5, EGROUP);
+    put_key(&mut b, 1, VARINT);
+    put_varint(&mut b, 7);
+    let mut r = Reader::new(&b);
+    let (field, wire) = r.key().unwrap();
+    assert_eq!((field, wire), (5, SGROUP));
+    r.skip(wire).unwrap();
+    assert_eq!(r.key().unwrap(), (1, VARINT));
+    assert_eq!(r.varint().unwrap(), 7);
+    // An end with no start, a group never ended, and groups nested past the bound.
+    let mut stray = Vec::new();
+    put_key(&mut stray, 5, EGROUP);
+    let mut r = Reader::new(&stray);
+    let (_, wire) = r.key().unwrap();
+    assert!(r.skip(wire).is_err());
+    let mut open = Vec::new();
+    put_key(&mut open, 5, SGROUP);
+    put_key(&mut open, 1, VARINT);
+    put_varint(&mut open, 1);
+    let mut r = Reader::new(&open);
+    let (_, wire) = r.key().unwrap();
+    assert!(r.skip(wire).is_err());
+    let mut deep = Vec::new();
+    for _ in 0..100 {
+      put_key(&mut deep, 5, SGROUP);
+    }
+    let mut r = Reader::new(&deep);
+    let (_, wire) = r.key().unwrap();
+    assert!(r.skip(wire).unwrap_err().to_string().contains("too deep"));
   }
 
   #[test]
