@@ -296,6 +296,22 @@ describe('KvGrpcServer', () => {
     expect([got.status, seqsOf(got.batches)]).toEqual([undefined, range(1, 3)]);
   });
 
+  it('refuses a subscriber past maxSubscribers with RESOURCE_EXHAUSTED (counted), and takes one again once a stream ends', async () => {
+    const { pub, grpc, address } = await node({}, { maxSubscribers: 2 });
+    await publishBatches(pub, 0, 2);
+    const a = subscribe(address, 1n, 100);
+    const b = subscribe(address, 1n, 100);
+    await until(() => grpc.stats().subscribers === 2, 'two subscribers');
+    const refused = await subscribe(address, 1n, 100).done;
+    expect(refused.status).toEqual({ code: status.RESOURCE_EXHAUSTED, details: '2 subscribers already; retry later' });
+    expect(grpc.stats().subscribes.full).toBe(1);
+    a.call.cancel();
+    await until(() => grpc.stats().subscribers === 1, 'one stream ended');
+    const again = await subscribe(address, 1n, 2).done;
+    expect([again.status, seqsOf(again.batches)]).toEqual([undefined, range(1, 2)]);
+    b.call.cancel();
+  });
+
   it('serves a Python grpcio client built from smg-grpc-proto: replay from the start, then live', async () => {
     const { pub, address } = await node({ dataParallelRank: 0, endpoint: LOOPBACK });
     await publishBatches(pub, 0, 5);

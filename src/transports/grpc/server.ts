@@ -68,6 +68,11 @@ export interface KvGrpcServerOptions {
    */
   maxSnapshots?: number;
   /**
+   * Open `SubscribeKvEvents` streams at most; one more is refused with RESOURCE_EXHAUSTED
+   * (counted, outcome `full`). Each open stream holds up to its lag in memory. Default 1024.
+   */
+  maxSubscribers?: number;
+  /**
    * Engine services to register (`SubscribeKvEvents`, `HealthCheck` and, with `upstream`, every
    * other RPC). Default: all of `KV_EVENT_SERVICES`.
    */
@@ -110,6 +115,8 @@ export interface GrpcStats {
     unauthenticated: number;
     invalid: number;
     failClosed: number;
+    /** Refused: `maxSubscribers` streams were open. */
+    full: number;
   };
   /** Snapshots being streamed or waiting for a turn (at most `maxSnapshots` run at once). */
   snapshotsPending: number;
@@ -130,6 +137,7 @@ export interface GrpcStats {
 const DEFAULT_MAX_LAG = 1024;
 const DEFAULT_SNAPSHOT_CHUNK_BLOCKS = 4096;
 const DEFAULT_MAX_SNAPSHOTS = 4;
+const DEFAULT_MAX_SUBSCRIBERS = 1024;
 const DEFAULT_LOAD_POLL_MS = 1000;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
@@ -155,6 +163,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
   readonly #maxLag: number;
   readonly #snapshotBlocks: number;
   readonly #maxSnapshots: number;
+  readonly #maxSubscribers: number;
   #snapshots = 0;
   readonly #snapshotQueue: Array<() => void> = [];
   readonly #subscribers = new Set<Subscriber>();
@@ -177,6 +186,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
       unauthenticated: 0,
       invalid: 0,
       failClosed: 0,
+      full: 0,
     },
     snapshotsPending: 0,
     cutOff: 0,
@@ -197,6 +207,13 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     this.#maxLag = opts.maxLagBatches ?? DEFAULT_MAX_LAG;
     this.#snapshotBlocks = opts.snapshotChunkBlocks ?? DEFAULT_SNAPSHOT_CHUNK_BLOCKS;
     this.#maxSnapshots = opts.maxSnapshots ?? DEFAULT_MAX_SNAPSHOTS;
+    this.#maxSubscribers = opts.maxSubscribers ?? DEFAULT_MAX_SUBSCRIBERS;
+    if (!Number.isInteger(this.#maxSubscribers) || this.#maxSubscribers < 1) {
+      throw new KvPlaneError(
+        'ERR_INVALID_ARG',
+        `maxSubscribers must be a positive integer, got ${this.#maxSubscribers}`,
+      );
+    }
     if (!Number.isInteger(this.#maxSnapshots) || this.#maxSnapshots < 1) {
       throw new KvPlaneError('ERR_INVALID_ARG', `maxSnapshots must be a positive integer, got ${this.#maxSnapshots}`);
     }
@@ -439,6 +456,11 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     if (failed) {
       counts.failClosed++;
       this.#refuse(call, status.FAILED_PRECONDITION, failed.message);
+      return;
+    }
+    if (this.#subscribers.size >= this.#maxSubscribers) {
+      counts.full++;
+      this.#refuse(call, status.RESOURCE_EXHAUSTED, `${this.#maxSubscribers} subscribers already; retry later`);
       return;
     }
     // From 0 ("the current state"): the index's state as snapshot chunks, then live.
