@@ -1,3 +1,4 @@
+import { bodyUpTo } from '../../transports/http/body.js';
 import type { WorkerSource } from '../router_index.js';
 import { HttpError } from './json.js';
 import { checkEndpoint, type Registration } from './registry.js';
@@ -57,7 +58,7 @@ export async function discoverNode(
       headers: token ? { authorization: `Bearer ${token}` } : {},
     });
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
-    health = JSON.parse(await textUpTo(res, HEALTH_BYTES));
+    health = JSON.parse(Buffer.from(await bodyUpTo(res, HEALTH_BYTES)).toString('utf8'));
   } catch (err) {
     throw new HttpError(502, `cannot read ${url}/healthz: ${(err as Error).message}`);
   }
@@ -92,22 +93,4 @@ export async function discoverNode(
     };
   }
   throw new HttpError(502, `${url} serves neither gRPC nor ZMQ`);
-}
-
-/** An answer's body as text, refused once it is over `limit` bytes. */
-async function textUpTo(res: Response, limit: number): Promise<string> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  const reader = res.body?.getReader();
-  for (;;) {
-    const next = await reader?.read();
-    if (next === undefined || next.done) break;
-    size += next.value.length;
-    if (size > limit) {
-      await reader?.cancel();
-      throw new Error(`answer over ${limit} bytes`);
-    }
-    chunks.push(next.value);
-  }
-  return Buffer.concat(chunks).toString('utf8');
 }

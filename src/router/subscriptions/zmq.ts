@@ -5,6 +5,7 @@ import type { FollowerCounters } from '../../sources/engine/follower.js';
 import { NativeZmqFeed } from '../../sources/engine/native_feed.js';
 import { EngineZmqSource } from '../../sources/engine/zmq_source.js';
 import type { RelaySink } from '../../sources/source.js';
+import { bodyUpTo } from '../../transports/http/body.js';
 import {
   appliedSoTrimLater,
   emptyRecoveries,
@@ -40,6 +41,12 @@ export interface ZmqSubscriptionOptions {
   /** Each recovery as it happens. */
   onRecovered?: (kind: RecoveryKind) => void;
 }
+
+/**
+ * The largest `/kv_recover` tree dump read from a node (msgpack: about 80 bytes a block with its
+ * tokens, so some 13 million blocks); a larger answer is refused as it arrives, not held whole.
+ */
+const TREE_DUMP_BYTES = 1 << 30;
 
 /** The follower's counts that are recoveries, by the kind `recovered` names them. */
 const RECOVERY_COUNTS: Partial<Record<keyof FollowerCounters, RecoveryKind>> = {
@@ -171,7 +178,7 @@ export class ZmqSubscription implements Subscription {
         headers: token ? { authorization: `Bearer ${token}` } : {},
       });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
-      const answer = target.applyRecovery(this.workerId, new Uint8Array(await res.arrayBuffer()));
+      const answer = target.applyRecovery(this.workerId, await bodyUpTo(res, TREE_DUMP_BYTES));
       if (answer.kind !== 'TreeDump') throw new Error(`expected a TreeDump, got ${answer.kind}`);
       this.#snapshots++;
       this.#o.onRecovered?.('tree_dump');
