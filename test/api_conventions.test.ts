@@ -122,6 +122,8 @@ describe("metrics into the application's registry", () => {
       expect(text).toContain('app_requests_total 3');
       expect(text).toMatch(/^node_a_kvplane_events_published_total [1-9]\d*$/m);
       expect(text).not.toMatch(/^kvplane_/m);
+      for (const name of ['replay_malformed_total', 'zmq_live_peers_refused_total', 'zmq_live_accept_errors_total'])
+        expect(text).toMatch(new RegExp(`^node_a_kvplane_${name} 0$`, 'm'));
       // The server's own /metrics serves the same registry.
       const served = await (await fetch(`${http.url}/metrics`)).text();
       expect(served).toContain('app_requests_total 3');

@@ -28,10 +28,11 @@ pub struct PubOptions {
   pub handshake_timeout: Duration,
   /// A peer frame (a subscription) larger than this ends its connection.
   pub max_frame: usize,
-  /// Distinct subscriptions a peer may hold; one more ends its connection (counted). Every
-  /// message is matched against each of a peer's subscriptions, so without a bound one peer could
-  /// slow every send and hold any amount of memory.
+  /// Distinct subscriptions a peer may hold, and their bytes in all; past either its connection
+  /// ends (counted). Every message is matched against each of a peer's subscriptions, so without
+  /// a bound one peer could slow every send and hold any amount of memory.
   pub max_subscriptions: usize,
+  pub max_subscription_bytes: usize,
 }
 
 impl Default for PubOptions {
@@ -41,6 +42,7 @@ impl Default for PubOptions {
       handshake_timeout: Duration::from_secs(5),
       max_frame: 64 << 10,
       max_subscriptions: 256,
+      max_subscription_bytes: 64 << 10,
     }
   }
 }
@@ -66,6 +68,8 @@ struct Queue {
   msgs: VecDeque<Message>,
   /// Each prefix subscribed, with how many times (ZMQ counts them: each cancel takes one).
   subs: Vec<(Vec<u8>, u32)>,
+  /// The prefixes' bytes in all.
+  sub_bytes: usize,
   /// Messages taken by the writer and not yet written.
   writing: usize,
 }
@@ -395,7 +399,8 @@ async fn write_messages<W: AsyncWrite + Unpin>(
 }
 
 /// Reads a peer's subscriptions (ZMTP 3.0's form: `0x01` + prefix subscribes, `0x00` + prefix
-/// cancels one) until it goes, or until it holds more than `max_subscriptions` distinct ones.
+/// cancels one) until it goes, or until its subscriptions pass `max_subscriptions` or
+/// `max_subscription_bytes`.
 async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, shared: Arc<Shared>) {
   while let Ok((flags, body)) = read_frame(&mut r, shared.opts.max_frame).await {
     if flags & zmtp::COMMAND != 0 {
@@ -406,10 +411,13 @@ async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, shared: 
       Some((1, prefix)) => {
         if let Some((_, n)) = q.subs.iter_mut().find(|(s, _)| s == prefix) {
           *n = n.saturating_add(1);
-        } else if q.subs.len() >= shared.opts.max_subscriptions {
+        } else if q.subs.len() >= shared.opts.max_subscriptions
+          || q.sub_bytes + prefix.len() > shared.opts.max_subscription_bytes
+        {
           shared.refused_peers.fetch_add(1, Relaxed);
           break;
         } else {
+          q.sub_bytes += prefix.len();
           q.subs.push((prefix.to_vec(), 1));
         }
       }
@@ -417,7 +425,7 @@ async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, shared: 
         if let Some(i) = q.subs.iter().position(|(s, _)| s == prefix) {
           q.subs[i].1 -= 1;
           if q.subs[i].1 == 0 {
-            q.subs.remove(i);
+            q.sub_bytes -= q.subs.remove(i).0.len();
           }
         }
       }
@@ -558,6 +566,16 @@ mod tests {
     std::thread::sleep(Duration::from_millis(50));
     p.send(msg(b"a", 2, vec![2]));
     assert_eq!(frame(&mut fine).1, b"a");
+    // Two distinct subscriptions, but past the bytes a peer's subscriptions may hold in all.
+    let mut wide = subscriber(&p, &[b'w'; 40_000]);
+    let mut more = Vec::new();
+    zmtp::subscribe(&[b'v'; 30_000], &mut more);
+    wide.write_all(&more).unwrap();
+    until(|| p.stats().refused_peers == 2 && p.stats().peers == 1);
+    assert!(
+      matches!(wide.read(&mut b), Ok(0) | Err(_)),
+      "the wide peer's connection ended"
+    );
   }
 
   #[test]

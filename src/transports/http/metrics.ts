@@ -85,6 +85,11 @@ export function publisherMetrics(
   gauge('kvplane_fail_closed_ranks', 'DP ranks whose source failed closed', () => stats().failClosed.length);
   counter('kvplane_replay_requests_total', 'ZMQ replay requests', () => stats().replay.requests);
   counter(
+    'kvplane_replay_malformed_total',
+    'ZMQ replay requests that were not [empty, 8-byte seq] (answered with the end marker alone)',
+    () => stats().replay.malformed,
+  );
+  counter(
     'kvplane_replay_refused_total',
     'ZMQ replay requests refused (the end marker alone): too many were waiting',
     () => stats().replay.refused,
