@@ -4,10 +4,15 @@ import { freePort, sleep } from './fixtures.js';
 
 /** POSTs JSON; the status and the parsed answer. */
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
-export async function post(base: string, path: string, body: unknown): Promise<{ status: number; json: any }> {
+export async function post(
+  base: string,
+  path: string,
+  body: unknown,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; json: any }> {
   const res = await fetch(`${base}${path}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json' },
+    headers: { 'content-type': 'application/json', ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body, (_k, v) => (typeof v === 'bigint' ? Number(v) : v)),
   });
   const text = await res.text();

@@ -77,7 +77,12 @@ describe('kvplane indexer HTTP API: bad input', () => {
       // A string cannot pass for a long integer, nor a long integer for a string.
       ['POST', '/register', JSON.stringify({ ...REG, instance_id: '\u0000int:abc' }), 422],
       ['POST', '/register', JSON.stringify({ ...REG, instance_id: '\u0000int:16' }), 422],
-      ['POST', '/register', JSON.stringify({ ...REG, model_name: 0 }).replace('0', '12345678901234567890'), 422],
+      [
+        'POST',
+        '/register',
+        '{"instance_id":1,"endpoint":"tcp://127.0.0.1:1","model_name":12345678901234567890,"block_size":16}',
+        422,
+      ],
       ['POST', '/query_by_hash', '{"block_hashes":["\\u0000int:zz"],"model_name":"m"}', 422],
       // Not JSON: integers with leading zeros, however long; bytes that are not UTF-8.
       ['POST', '/register', JSON.stringify({ ...REG, instance_id: 0 }).replace('0', '00000000000000000042'), 400],
@@ -153,6 +158,20 @@ describe('kvplane indexer HTTP API: bad input', () => {
         expect(r.type).toBe('application/json');
         expect(typeof JSON.parse(r.body).error).toBe('string');
       }
+    }
+    // On a keep-alive connection, after an answer: a malformed second request is answered too.
+    for (const [url, path] of [
+      [ix.url, '/health'],
+      [node.url, '/healthz'],
+    ]) {
+      const r = await rawHttp(url as string, [
+        `HEAD ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n\r\n`,
+        'GET /x HTTP/9.9\r\n\r\n',
+      ]);
+      expect(r.status).toBe(200);
+      expect(r.raw).toMatch(
+        /\r\n\r\nHTTP\/1\.1 400 Bad Request\r\ncontent-type: application\/json\r\n[\s\S]*\{"error":/,
+      );
     }
     expect((await fetch(`${ix.url}/health`)).status).toBe(200);
     expect((await fetch(`${node.url}/healthz`, { headers: { authorization: 'Bearer secret' } })).status).toBe(200);
@@ -271,11 +290,19 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     expect([refused.status, refused.json.error]).toEqual([502, `cannot read ${url}/healthz: HTTP 401`]);
     const ix = await IndexerServer.create({ host: '127.0.0.1', port: 0, nodeToken: token });
     cleanup.push(() => ix.close());
+    // A registration names where the token goes: only a holder of it may register.
+    const anyone = await post(ix.url, '/register', { ...reg, url: 'http://127.0.0.1:9' });
+    expect([anyone.status, anyone.json.error]).toEqual([
+      401,
+      '/register needs the node token (Authorization: Bearer <token>)',
+    ]);
+    expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm' })).status).toBe(401);
     // By URL: its gRPC stream, snapshot first. By its ZMQ endpoint with its URL: the blocks
     // published before it joined come from the node's /kv_recover tree dump.
-    expect((await post(ix.url, '/register', reg)).status).toBe(201);
+    const bearer = { authorization: `Bearer ${token}` };
+    expect((await post(ix.url, '/register', reg, bearer)).status).toBe(201);
     const zmq = { instance_id: 2, endpoint: publisher.endpoint, url, model_name: 'm', block_size: 4 };
-    expect((await post(ix.url, '/register', zmq)).status).toBe(201);
+    expect((await post(ix.url, '/register', zmq, bearer)).status).toBe(201);
     // The ZMQ worker learns where the stream is from the batches that follow (an engine keeps
     // publishing; here, removals of a block nobody holds), and loads what came before.
     const query = { token_ids: [...tokens], model_name: 'm' };

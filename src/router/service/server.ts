@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type AbortOptions, openAbortable, runThenAbortable } from '../../abort.js';
+import { bearerMatches } from '../../transports/auth.js';
 import { listen, requestUrl, serveJson } from '../../transports/http/listen.js';
 import type { MetricsOptions } from '../../transports/http/metrics.js';
 import type { RecoveryKind } from '../subscriptions/subscription.js';
@@ -21,7 +22,9 @@ export interface IndexerServerOptions {
   stateFile?: string;
   /**
    * The bearer token of the kvplane nodes it follows (their `--auth-token-file`), sent to each
-   * node's `/healthz` when registered by URL, to its `/kv_recover` and to its gRPC stream.
+   * node's `/healthz` when registered by URL, to its `/kv_recover` and to its gRPC stream. With
+   * it set, `/register` and `/unregister` need it too (401 otherwise): a registration names
+   * where the token is sent.
    */
   nodeToken?: string;
   /** Registered at start (`--workers`). */
@@ -135,6 +138,17 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
         throw new HttpError(405, `${req.method} is not allowed on ${route}`);
       }
       if (route !== '/metrics') this.#metrics.request(route);
+      // The node token is sent to the nodes a registration names: with one set, only a holder
+      // of it may register (else anyone reaching the indexer could name a URL and collect it).
+      const nodeToken = this.#nodeToken;
+      if (
+        nodeToken !== undefined &&
+        (route === '/register' || route === '/unregister') &&
+        !bearerMatches(req.headers.authorization, nodeToken)
+      ) {
+        res.setHeader('www-authenticate', 'Bearer');
+        throw new HttpError(401, `${route} needs the node token (Authorization: Bearer <token>)`);
+      }
       if (method === 'GET') return await this.#get(route, url, res);
       const limit = route.startsWith('/query') ? QUERY_BODY_BYTES : BODY_BYTES;
       const text = await readJson(req, limit);
