@@ -96,7 +96,7 @@ export interface PublisherStats {
    */
   zmqLiveDropped: number;
   /**
-   * The native live socket's subscribers cut off for holding more than 256 distinct subscriptions,
+   * The native live socket's subscribers cut off for holding more than 256 distinct subscriptions (or 64 KiB of them),
    * and the connections its listener failed to accept (out of file descriptors; it goes on).
    */
   zmqLiveRefused: { peers: number; acceptErrors: number };

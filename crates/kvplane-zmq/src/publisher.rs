@@ -66,8 +66,9 @@ pub struct PubStats {
 #[derive(Default)]
 struct Queue {
   msgs: VecDeque<Message>,
-  /// Each prefix subscribed, with how many times (ZMQ counts them: each cancel takes one).
-  subs: Vec<(Vec<u8>, u32)>,
+  /// Each prefix subscribed, once however often it came (as libzmq's PUB keeps them: a SUB counts
+  /// its own subscriptions and sends the cancel when the last goes, and one cancel removes it).
+  subs: Vec<Vec<u8>>,
   /// The prefixes' bytes in all.
   sub_bytes: usize,
   /// Messages taken by the writer and not yet written.
@@ -197,7 +198,7 @@ impl Publisher {
     let first: &[u8] = msg.first().map(|f| f.as_slice()).unwrap_or_default();
     for peer in self.shared.peers().iter() {
       let mut q = peer.queue();
-      if !q.subs.iter().any(|(s, _)| first.starts_with(s)) {
+      if !q.subs.iter().any(|s| first.starts_with(s)) {
         continue;
       }
       if q.msgs.len() >= self.shared.opts.hwm {
@@ -409,8 +410,8 @@ async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, shared: 
     let mut q = peer.queue();
     match body.split_first() {
       Some((1, prefix)) => {
-        if let Some((_, n)) = q.subs.iter_mut().find(|(s, _)| s == prefix) {
-          *n = n.saturating_add(1);
+        if q.subs.iter().any(|s| s == prefix) {
+          continue;
         } else if q.subs.len() >= shared.opts.max_subscriptions
           || q.sub_bytes + prefix.len() > shared.opts.max_subscription_bytes
         {
@@ -418,15 +419,12 @@ async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, shared: 
           break;
         } else {
           q.sub_bytes += prefix.len();
-          q.subs.push((prefix.to_vec(), 1));
+          q.subs.push(prefix.to_vec());
         }
       }
       Some((0, prefix)) => {
-        if let Some(i) = q.subs.iter().position(|(s, _)| s == prefix) {
-          q.subs[i].1 -= 1;
-          if q.subs[i].1 == 0 {
-            q.sub_bytes -= q.subs.remove(i).0.len();
-          }
+        if let Some(i) = q.subs.iter().position(|s| s == prefix) {
+          q.sub_bytes -= q.subs.remove(i).len();
         }
       }
       _ => {}
@@ -520,7 +518,7 @@ mod tests {
   }
 
   #[test]
-  fn a_peer_past_its_subscription_cap_is_cut_off_and_counted_while_repeats_count_once() {
+  fn a_peer_past_its_subscription_caps_is_cut_off_and_counted_while_repeats_count_once() {
     let opts = PubOptions {
       max_subscriptions: 4,
       ..PubOptions::default()
@@ -547,7 +545,7 @@ mod tests {
       p.shared
         .peers()
         .iter()
-        .all(|peer| peer.queue().subs.len() == 4)
+        .all(|peer| peer.queue().subs.len() == 4 && peer.queue().sub_bytes == 4)
     });
     p.send(msg(b"a", 1, vec![1]));
     assert_eq!(frame(&mut fine).1, b"a");
@@ -558,14 +556,24 @@ mod tests {
       matches!(greedy.read(&mut b), Ok(0) | Err(_)),
       "the greedy peer's connection ended"
     );
-    // A cancel takes one of the hundred.
+    // One cancel removes a prefix however often it was subscribed (a SUB sends it once the last
+    // of its own goes): "a" is sent no more, "b" still is. Its bytes are free again: 60,000 more
+    // fit under the 64 KiB.
     let mut cancel = Vec::new();
     zmtp::frame_header(0, 2, &mut cancel);
     cancel.extend_from_slice(&[0, b'a']);
+    zmtp::subscribe(&[b'z'; 60_000], &mut cancel);
     fine.write_all(&cancel).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    until(|| {
+      p.shared
+        .peers()
+        .iter()
+        .any(|peer| peer.queue().sub_bytes == 60_003)
+    });
     p.send(msg(b"a", 2, vec![2]));
-    assert_eq!(frame(&mut fine).1, b"a");
+    p.send(msg(b"b", 3, vec![3]));
+    assert_eq!(frame(&mut fine).1, b"b");
+    assert_eq!(p.stats().refused_peers, 1);
     // Two distinct subscriptions, but past the bytes a peer's subscriptions may hold in all.
     let mut wide = subscriber(&p, &[b'w'; 40_000]);
     let mut more = Vec::new();

@@ -101,7 +101,7 @@ export function publisherMetrics(
   );
   counter(
     'kvplane_zmq_live_peers_refused_total',
-    'Live ZMQ subscribers cut off for holding more than 256 distinct subscriptions',
+    'Live ZMQ subscribers cut off for holding more than 256 distinct subscriptions or 64 KiB of them',
     () => stats().zmqLiveRefused.peers,
   );
   counter(
