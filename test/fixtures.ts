@@ -185,12 +185,21 @@ export async function relayed(http: string): Promise<RecoveredBatch[]> {
 
 /**
  * Bytes written as they are to an HTTP server at `url` (a request Node's own client would not
- * send), and its answer read until it closes the connection: status, content type and body.
+ * send; several, 100 ms apart), and its answer read until it closes the connection: the first
+ * answer's status, content type and body, and all that was read.
  */
-export function rawHttp(url: string, request: string): Promise<{ status: number; type: string; body: string }> {
+export function rawHttp(
+  url: string,
+  request: string | string[],
+): Promise<{ status: number; type: string; body: string; raw: string }> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve, reject) => {
-    const socket = connect(Number(port), hostname, () => socket.write(request));
+    const socket = connect(Number(port), hostname, async () => {
+      for (const [i, part] of [request].flat().entries()) {
+        if (i > 0) await new Promise((r) => setTimeout(r, 100));
+        socket.write(part);
+      }
+    });
     const chunks: Buffer[] = [];
     socket.on('data', (c: Buffer) => chunks.push(c));
     socket.on('error', reject);
@@ -201,6 +210,7 @@ export function rawHttp(url: string, request: string): Promise<{ status: number;
         status: Number(head.split(' ')[1]),
         type: /^content-type: *([^;\r]*)/im.exec(head)?.[1] ?? '',
         body,
+        raw: text,
       });
     });
   });

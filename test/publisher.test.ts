@@ -398,18 +398,18 @@ describe('replay', () => {
     const d = new Dealer({ receiveTimeout: 5000, receiveHighWaterMark: 4 });
     cleanup.push(() => d.close());
     d.connect(p.replayEndpoint as string);
-    // A whole replay, then a hundred malformed requests behind it: once lost when the peer's
-    // queue was full for a moment, even as it read.
+    // A whole replay, then fifty malformed requests behind it: once lost when the peer's queue
+    // was full for a moment, even as it read.
     await d.send([Buffer.alloc(0), seqBuf(1n)]);
-    for (let i = 0; i < 100; i++) await d.send([Buffer.alloc(0), Buffer.from('nope')]);
+    for (let i = 0; i < 50; i++) await d.send([Buffer.alloc(0), Buffer.from('nope')]);
     let ends = 0;
     let batches = 0;
-    while (ends < 101) {
+    while (ends < 51) {
       const f = (await d.receive()) as Buffer[];
       if (f[2]?.equals(END)) ends++;
       else batches++;
     }
-    expect([batches, ends, p.stats().replay.abandoned]).toEqual([12, 101, 0]);
+    expect([batches, ends, p.stats().replay.abandoned]).toEqual([12, 51, 0]);
     // A frame no request needs is refused by the socket, not buffered: the peer is cut off.
     const big = new Dealer({ receiveTimeout: 1000 });
     cleanup.push(() => big.close());
@@ -435,6 +435,8 @@ describe('replay', () => {
     expect(await dealerReplay(p.replayEndpoint as string, p.indexer.lastSeq - 4n)).toHaveLength(6);
     expect(performance.now() - t0).toBeLessThan(5000);
     expect(p.stats().replay.sessions).toBeLessThanOrEqual(1);
+    // It had at most 64 requests waiting: the rest were refused.
+    expect(p.stats().replay.refused).toBeGreaterThanOrEqual(200 - 1 - 64);
   }, 30_000);
 });
 

@@ -48,7 +48,8 @@ export interface KvGrpcServerOptions {
   /**
    * A connection with no call open this long is closed (GOAWAY; clients reconnect when they next
    * call). A connection that never sends a call counts too: without it, peers that connect and
-   * say nothing would hold the process's file descriptors until it ran out. Default 60,000 ms.
+   * say nothing would hold the process's file descriptors until it ran out. Default 300,000 ms
+   * (5 min: a gateway's unary calls a few seconds or minutes apart keep their connection).
    */
   idleConnectionMs?: number;
   /**
@@ -138,6 +139,15 @@ const DEFAULT_MAX_LAG = 1024;
 const DEFAULT_SNAPSHOT_CHUNK_BLOCKS = 4096;
 const DEFAULT_MAX_SNAPSHOTS = 4;
 const DEFAULT_MAX_SUBSCRIBERS = 1024;
+const DEFAULT_IDLE_CONNECTION_MS = 300_000;
+
+function idleConnectionMs(ms: number | undefined): number {
+  const v = ms ?? DEFAULT_IDLE_CONNECTION_MS;
+  if (!Number.isInteger(v) || v < 100) {
+    throw new KvPlaneError('ERR_INVALID_ARG', `idleConnectionMs must be an integer >= 100, got ${v}`);
+  }
+  return v;
+}
 const DEFAULT_LOAD_POLL_MS = 1000;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
@@ -256,7 +266,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     const grpc = grpcJs();
     const server = new grpc.Server({
       'grpc.max_send_message_length': -1,
-      'grpc.max_connection_idle_ms': opts.idleConnectionMs ?? 60_000,
+      'grpc.max_connection_idle_ms': idleConnectionMs(opts.idleConnectionMs),
     });
     const self = new KvGrpcServer(server, opts);
     for (const service of opts.services ?? KV_EVENT_SERVICES) {

@@ -46,8 +46,10 @@ export function serveJson(server: Server, handle: (req: IncomingMessage, res: Se
     });
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-    // As Node's own answer: only on a connection that has not been written to, else it just ends.
-    if (err.code === 'ECONNRESET' || !socket.writable || socket.bytesWritten > 0) return void socket.destroy();
+    // Where Node answers itself: unless an answer on this connection has begun (a keep-alive
+    // connection's next request is answered; a half-written answer is not followed by another).
+    const inFlight = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage;
+    if (err.code === 'ECONNRESET' || !socket.writable || inFlight?.headersSent) return void socket.destroy();
     const [status, reason] =
       err.code === 'HPE_HEADER_OVERFLOW'
         ? [431, 'Request Header Fields Too Large']

@@ -29,6 +29,8 @@ const EMPTY = Buffer.alloc(0);
 export const MAX_REPLAY_SESSIONS = 16;
 /** Requests that may wait for a session; beyond it a request is refused (the end marker alone) and counted. */
 export const MAX_REPLAY_WAITING = 4096;
+/** Requests one peer may have waiting; past them its next is refused as past `MAX_REPLAY_WAITING`. */
+export const MAX_WAITING_PER_PEER = 64;
 /** The largest frame a replay peer may send (a request's seq is 8 bytes; its delimiter empty). */
 export const REQUEST_MAX_BYTES = 1024;
 /** Batches fetched from the log per native call (each session holds one chunk's copies). */
@@ -74,6 +76,8 @@ export class ReplayServer {
   readonly #waiting: Array<{ id: Buffer; start: bigint | null }> = [];
   /** Peers (identities) with a session running: a peer is served one request at a time. */
   readonly #busy = new Set<string>();
+  /** Per peer, its requests waiting. */
+  readonly #waitingOf = new Map<string, number>();
 
   private constructor(router: Router, opts: ReplayServerOptions) {
     this.#router = router;
@@ -126,7 +130,9 @@ export class ReplayServer {
           (frames.length === 3 && (frames[1] as Buffer).length === 0 && start.length === 8) ||
           (frames.length === 2 && start.length === 8);
         this.counters.requests++;
-        if (this.#waiting.length >= MAX_REPLAY_WAITING) {
+        const peer = id.toString('latin1');
+        const mine = this.#waitingOf.get(peer) ?? 0;
+        if (this.#waiting.length >= MAX_REPLAY_WAITING || mine >= MAX_WAITING_PER_PEER) {
           // Sent once, if the peer has room (else counted abandoned): waiting for it here would
           // take what the bound is for.
           this.counters.refused++;
@@ -137,6 +143,7 @@ export class ReplayServer {
         // empty replay, in its turn and waited for as any reply.
         if (!wellFormed) this.counters.malformed++;
         this.#waiting.push({ id, start: wellFormed ? start.readBigUInt64BE() : null });
+        this.#waitingOf.set(peer, mine + 1);
         this.#startSessions();
       }
     } catch (err) {
@@ -158,6 +165,7 @@ export class ReplayServer {
         continue;
       }
       this.#waiting.splice(i, 1);
+      this.#unwait(peer);
       this.#busy.add(peer);
       const session = this.#replay(id, start).then((served) => {
         this.#busy.delete(peer);
@@ -179,11 +187,19 @@ export class ReplayServer {
 
   /** Drops `peer`'s waiting requests, each counted abandoned. */
   #dropWaiting(peer: string): void {
+    if (!this.#waitingOf.has(peer)) return;
     for (let i = this.#waiting.length - 1; i >= 0; i--) {
       if ((this.#waiting[i] as { id: Buffer }).id.toString('latin1') !== peer) continue;
       this.#waiting.splice(i, 1);
       this.counters.abandoned++;
     }
+    this.#waitingOf.delete(peer);
+  }
+
+  #unwait(peer: string): void {
+    const n = (this.#waitingOf.get(peer) ?? 1) - 1;
+    if (n === 0) this.#waitingOf.delete(peer);
+    else this.#waitingOf.set(peer, n);
   }
 
   /** Sends `id` its replay from `start` (null: the end marker alone); false once abandoned. */
