@@ -2,14 +2,17 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { KvEventPublisher, SimEngine } from '../dist/index.mjs';
 import { freePort, sleep } from './fixtures.js';
 
-/** POSTs JSON; the status and the parsed answer. */
+/** A parsed JSON answer, read field by field. */
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
+type Json = any;
+
+/** POSTs JSON; the status and the parsed answer. */
 export async function post(
   base: string,
   path: string,
   body: unknown,
   headers: Record<string, string> = {},
-): Promise<{ status: number; json: any }> {
+): Promise<{ status: number; json: Json }> {
   const res = await fetch(`${base}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
