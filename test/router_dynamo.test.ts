@@ -136,6 +136,21 @@ describe.skipIf(!dynamoAvailable())(
         expect([token_ids, b.status]).toEqual([token_ids, a.status]);
         expect(b.status).toBe(422);
       }
+      // Bodies that are not what they claim, refused by both with the same status: a string shaped
+      // like the exact-integer reading's own marker, a long integer where a name goes, integers
+      // with leading zeros (not JSON), bytes that are not UTF-8.
+      const reg = '"endpoint":"tcp://127.0.0.1:9","block_size":16';
+      for (const [route, body] of [
+        ['/register', `{"instance_id":"\\u0000int:16","model_name":"zz",${reg}}`],
+        ['/register', `{"instance_id":77,"model_name":12345678901234567890,${reg}}`],
+        ['/register', `{"instance_id":00000000000000000077,"model_name":"zz",${reg}}`],
+        ['/query_by_hash', '{"block_hashes":[-00000000000000001],"model_name":"m"}'],
+        ['/register', Buffer.from(`{"instance_id":77,"model_name":"z\xff",${reg}}`, 'latin1')],
+      ] as const) {
+        const [a, b] = await Promise.all([post(dynamo.url, route, body), post(ours.url, route, body)]);
+        expect([String(body), b.status]).toEqual([String(body), a.status]);
+        expect(b.status).toBeGreaterThanOrEqual(400);
+      }
       // The queries hit caches at many depths, not just the shared prompts.
       expect(matched).toBeGreaterThan(2000);
       expect(depths.size).toBeGreaterThan(20);

@@ -16,7 +16,10 @@ export async function post(
   const res = await fetch(`${base}${path}`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body, (_k, v) => (typeof v === 'bigint' ? Number(v) : v)),
+    body:
+      typeof body === 'string' || body instanceof Uint8Array
+        ? body
+        : JSON.stringify(body, (_k, v) => (typeof v === 'bigint' ? Number(v) : v)),
   });
   const text = await res.text();
   let json: unknown = null;
