@@ -17,9 +17,11 @@ export async function post(
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
     body:
-      typeof body === 'string' || body instanceof Uint8Array
+      typeof body === 'string'
         ? body
-        : JSON.stringify(body, (_k, v) => (typeof v === 'bigint' ? Number(v) : v)),
+        : body instanceof Uint8Array
+          ? Buffer.from(body)
+          : JSON.stringify(body, (_k, v) => (typeof v === 'bigint' ? Number(v) : v)),
   });
   const text = await res.text();
   let json: unknown = null;

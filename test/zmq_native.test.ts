@@ -3,7 +3,7 @@
 import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Subscriber } from 'zeromq';
+import { Publisher, Subscriber } from 'zeromq';
 import { decodeBatch, type KvEvent, KvEventPublisher, type KvEventPublisherOptions } from '../src/index.js';
 import { FROM_SEQ_1, repoPath, sleep, until } from './fixtures.js';
 
@@ -90,6 +90,42 @@ describe('the native live ZMQ socket', () => {
     const nothing = await Promise.race([none.receive().then(() => 'got'), sleep(200).then(() => 'nothing')]);
     expect(nothing).toBe('nothing');
   }, 30_000);
+
+  it("keeps a libzmq SUB's repeated subscriptions as libzmq's PUB does: one cancel per SUB's last", async () => {
+    /** Subscribes twice, then cancels twice: whether a batch arrived after each step. */
+    async function steps(endpoint: string, send: (n: number) => Promise<void>): Promise<boolean[]> {
+      const s = new Subscriber({ receiveTimeout: 400 });
+      cleanup.push(() => s.close());
+      s.connect(endpoint);
+      s.subscribe('kv');
+      s.subscribe('kv');
+      const got: boolean[] = [];
+      for (let n = 1; n <= 3; n++) {
+        await sleep(200); // the (un)subscription reaches the publisher
+        await send(n);
+        got.push(
+          await s.receive().then(
+            () => true,
+            () => false,
+          ),
+        );
+        s.unsubscribe('kv');
+      }
+      return got;
+    }
+    const p = await publisher({ topic: 'kv' });
+    const native = await steps(p.endpoint, async (n) => {
+      p.publish([stored(n)]);
+      await p.flush();
+    });
+    // The reference: libzmq's own PUB (zeromq.js), the same steps.
+    const js = new Publisher();
+    cleanup.push(() => js.close());
+    await js.bind('tcp://127.0.0.1:*');
+    const reference = await steps(js.lastEndpoint as string, (n) => js.send(['kv', Buffer.alloc(8, n), 'x']));
+    expect(native).toEqual(reference);
+    expect(native).toEqual([true, true, false]);
+  });
 
   it('drops for a subscriber whose queue is full, counts it, and the subscriber sees the seq gap', async () => {
     const p = await publisher({ hwm: 4, bufferSteps: 100_000 });
