@@ -304,7 +304,10 @@ describe('KvGrpcServer', () => {
     await until(() => grpc.stats().subscribers === 2, 'two subscribers');
     const refused = await subscribe(address, 1n, 100).done;
     expect(refused.status).toEqual({ code: status.RESOURCE_EXHAUSTED, details: '2 subscribers already; retry later' });
-    expect(grpc.stats().subscribes.full).toBe(1);
+    // And as SMG's client sees it (smg-grpc-proto's Python stubs).
+    const py = await runGrpcPeer([address, 'vllm', '1', '100']);
+    expect(py.at(-1)).toMatchObject({ status: 'RESOURCE_EXHAUSTED', details: '2 subscribers already; retry later' });
+    expect(grpc.stats().subscribes.full).toBe(2);
     a.call.cancel();
     await until(() => grpc.stats().subscribers === 1, 'one stream ended');
     const again = await subscribe(address, 1n, 2).done;
