@@ -129,11 +129,17 @@ pub fn put_packed_u64s(out: &mut Vec<u8>, field: u32, vals: &[u64]) {
 pub struct Reader<'a> {
   buf: &'a [u8],
   pos: usize,
+  /// The field number of the last key read: the one a group `skip` begins.
+  last_field: u32,
 }
 
 impl<'a> Reader<'a> {
   pub fn new(buf: &'a [u8]) -> Reader<'a> {
-    Reader { buf, pos: 0 }
+    Reader {
+      buf,
+      pos: 0,
+      last_field: 0,
+    }
   }
 
   pub fn err<T>(&self, what: &str) -> KvResult<T> {
@@ -200,20 +206,28 @@ impl<'a> Reader<'a> {
     if field == 0 || field > u32::MAX as u64 >> 3 {
       return self.err("invalid field number");
     }
+    self.last_field = field as u32;
     Ok((field as u32, (k & 7) as u8))
   }
 
-  /// Skips a field of an unknown number; a group with all it holds, to its end.
+  /// Skips the field whose key was read last; a group with all it holds, to the end that
+  /// carries its field number (an end of another field is refused, as protobuf's parsers do).
   pub fn skip(&mut self, wire: u8) -> KvResult<()> {
     if wire != SGROUP {
       return self.skip_one(wire);
     }
+    let mut open = [0u32; MAX_GROUP_DEPTH];
+    open[0] = self.last_field;
     let mut depth = 1;
     while depth > 0 {
       match self.key()? {
         (_, SGROUP) if depth == MAX_GROUP_DEPTH => return self.err("groups nested too deep"),
-        (_, SGROUP) => depth += 1,
-        (_, EGROUP) => depth -= 1,
+        (field, SGROUP) => {
+          open[depth] = field;
+          depth += 1;
+        }
+        (field, EGROUP) if field == open[depth - 1] => depth -= 1,
+        (_, EGROUP) => return self.err("a group ended by another field's end"),
         (_, w) => self.skip_one(w)?,
       }
     }
@@ -332,6 +346,24 @@ mod tests {
     let mut r = Reader::new(&open);
     let (_, wire) = r.key().unwrap();
     assert!(r.skip(wire).is_err());
+    // A group ended by another field's end (field 5 opened, 6 closed), nested or not.
+    for nested in [false, true] {
+      let mut crossed = Vec::new();
+      put_key(&mut crossed, 5, SGROUP);
+      if nested {
+        put_key(&mut crossed, 2, SGROUP);
+        put_key(&mut crossed, 2, EGROUP);
+      }
+      put_key(&mut crossed, 6, EGROUP);
+      put_key(&mut crossed, 5, EGROUP);
+      let mut r = Reader::new(&crossed);
+      let (_, wire) = r.key().unwrap();
+      assert!(r
+        .skip(wire)
+        .unwrap_err()
+        .to_string()
+        .contains("another field"));
+    }
     let mut deep = Vec::new();
     for _ in 0..100 {
       put_key(&mut deep, 5, SGROUP);
