@@ -1,3 +1,4 @@
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request, type ServerResponse } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -226,19 +227,59 @@ describe('kvplane indexer HTTP API: bad input', () => {
     expect((await fetch(`${ix.url}/workers`).then((r) => r.json())).length).toBe(0);
   });
 
-  it('unregisters a worker followed over inproc:// (zeromq.js) at once, and keeps (model, group) pairs apart', async () => {
+  it('unregisters a worker followed over inproc:// (zeromq.js) at once, and keeps (model, group) pairs apart by name', async () => {
     const ix = await indexer();
     expect((await post(ix.url, '/register', { ...REG, endpoint: 'inproc://kvplane-nowhere' })).status).toBe(201);
     const t0 = performance.now();
     expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm' })).status).toBe(200);
     expect(performance.now() - t0).toBeLessThan(5000);
-    // Names holding `:` do not share an index: each keeps its own block size.
+    // Names holding `:` do not share an index, and two pairs that /dump and the metrics would
+    // name alike (`a:b:c`) are not both kept: the second is a 409 naming the first.
     const a = { ...REG, instance_id: 2, model_name: 'a:b', routing_group: 'c' };
     const b = { ...REG, instance_id: 3, model_name: 'a', routing_group: 'b:c', block_size: 32 };
     expect((await post(ix.url, '/register', a)).status).toBe(201);
+    const refused = await post(ix.url, '/register', b);
+    expect(refused.status).toBe(409);
+    expect((refused.json as { error: string }).error).toContain('model=a:b routing_group=c');
+    expect((await post(ix.url, '/query', { token_ids: [], model_name: 'a', routing_group: 'b:c' })).status).toBe(404);
+    expect((await post(ix.url, '/query', { token_ids: [], model_name: 'a:b', routing_group: 'c' })).status).toBe(200);
+    // Once the first pair is gone, the second is taken, with its own block size.
+    expect((await post(ix.url, '/unregister', { instance_id: 2, model_name: 'a:b' })).status).toBe(200);
     expect((await post(ix.url, '/register', b)).status).toBe(201);
-    expect((await post(ix.url, '/query', { token_ids: [], model_name: 'a', routing_group: 'b:c' })).status).toBe(200);
-    expect((await post(ix.url, '/query', { token_ids: [], model_name: 'a:b', routing_group: 'b:c' })).status).toBe(404);
+    const dump = (await fetch(`${ix.url}/dump`).then((r) => r.json())) as Record<string, { block_size: number }>;
+    expect(dump['a:b:c']?.block_size).toBe(32);
+  });
+
+  it('restores a state file holding two pairs of one name with the first only, and says so', async () => {
+    const stateFile = `/tmp/kvplane-ix-names-${process.pid}.json`;
+    const reg = (id: number, model: string, group: string) => ({
+      instance_id: String(id),
+      dp_rank: 0,
+      model_name: model,
+      routing_group: group,
+      block_size: 16,
+      endpoint: 'inproc://kvplane-nowhere',
+      replay_endpoint: null,
+      url: null,
+      engine: 'vllm',
+    });
+    writeFileSync(stateFile, JSON.stringify({ version: 1, registrations: [reg(2, 'a:b', 'c'), reg(3, 'a', 'b:c')] }));
+    cleanup.push(() => rmSync(stateFile, { force: true }));
+    const warnings: Array<[string, Record<string, unknown>]> = [];
+    const ix = await IndexerServer.create({
+      host: '127.0.0.1',
+      port: 0,
+      stateFile,
+      onWarning: (msg, detail) => warnings.push([msg, detail]),
+    });
+    cleanup.push(() => ix.close());
+    expect(warnings).toEqual([
+      ['a saved registration was not restored', expect.objectContaining({ instanceId: 3n, dpRank: 0 })],
+    ]);
+    const workers = (await fetch(`${ix.url}/workers`).then((r) => r.json())) as Array<{ instance_id: number }>;
+    expect(workers.map((w) => w.instance_id)).toEqual([2]);
+    const saved = JSON.parse(readFileSync(stateFile, 'utf8')) as { registrations: Array<{ instance_id: string }> };
+    expect(saved.registrations.map((r) => r.instance_id)).toEqual(['2']);
   });
 
   it('rejects a bad RouterIndex argument with a typed error', () => {

@@ -82,12 +82,14 @@ export class Registry {
     return ix;
   }
 
-  /** Each index, named `model:routing_group` (as `/dump` and the metrics name it). */
+  /** Each index, named `model:routing_group` (as `/dump` and the metrics name it; names are unique). */
   indexes(): Array<[name: string, ix: RouterIndex]> {
-    return [...this.#indexes].map(([key, ix]) => {
-      const [model, group] = JSON.parse(key) as [string, string];
-      return [`${model}:${group}`, ix];
-    });
+    return [...this.#indexes].map(([key, ix]) => [Registry.#name(key), ix]);
+  }
+
+  static #name(key: string): string {
+    const [model, group] = JSON.parse(key) as [string, string];
+    return `${model}:${group}`;
   }
 
   /** Every registration, in order. */
@@ -122,6 +124,17 @@ export class Registry {
     }
     if (!ix) {
       if (r.blockSize < 1) throw new HttpError(400, 'block_size must be at least 1');
+      // `/dump` and the metrics name an index `model:routing_group`: two pairs with one name
+      // (`a:b` + `c`, `a` + `b:c`) would be one JSON key and duplicate metric series.
+      const name = Registry.#name(key);
+      const other = [...this.#indexes.keys()].find((k) => Registry.#name(k) === name);
+      if (other !== undefined) {
+        const [model, group] = JSON.parse(other) as [string, string];
+        throw new HttpError(
+          409,
+          `model=${r.modelName} routing_group=${r.routingGroup} would be named ${JSON.stringify(name)} in /dump and metrics, as model=${model} routing_group=${group} already is`,
+        );
+      }
       // A block size the index does not take (over 1,048,576) is the request's error.
       ix = badInputAs(
         400,

@@ -95,7 +95,19 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     };
     try {
       const saved = opts.stateFile ? loadRegistrations(opts.stateFile) : [];
-      for (const r of saved) registry.register(r, sourceOf(r, opts.nodeToken));
+      for (const r of saved) {
+        try {
+          registry.register(r, sourceOf(r, opts.nodeToken));
+        } catch (err) {
+          // A registration this version refuses (two pairs one name): left out, and said so.
+          if (!(err instanceof HttpError && err.status === 409)) throw err;
+          opts.onWarning?.('a saved registration was not restored', {
+            instanceId: r.instanceId,
+            dpRank: r.dpRank,
+            error: err.message,
+          });
+        }
+      }
       for (const w of opts.workers ?? []) {
         if (registry.instances().get(w.instanceId)?.ranks.has(w.dpRank)) continue;
         const r: Registration = { ...w, replayEndpoint: null, url: null };
