@@ -220,6 +220,9 @@ impl<'a> Reader<'a> {
     open[0] = self.last_field;
     let mut depth = 1;
     while depth > 0 {
+      if self.done() {
+        return self.err("a group never ended");
+      }
       match self.key()? {
         (_, SGROUP) if depth == MAX_GROUP_DEPTH => return self.err("groups nested too deep"),
         (field, SGROUP) => {
@@ -345,7 +348,7 @@ mod tests {
     put_varint(&mut open, 1);
     let mut r = Reader::new(&open);
     let (_, wire) = r.key().unwrap();
-    assert!(r.skip(wire).is_err());
+    assert!(r.skip(wire).unwrap_err().to_string().contains("never ended"));
     // A group ended by another field's end (field 5 opened, 6 closed), nested or not.
     for nested in [false, true] {
       let mut crossed = Vec::new();
