@@ -49,3 +49,13 @@ describe('SimSource', () => {
     await stream.close();
   });
 });
+
+describe('EngineZmqSource', () => {
+  it('refuses to start once stopped, rather than starting to nothing', async () => {
+    const src = createSource('vllm', { sim: {}, engine: { endpoint: 'tcp://127.0.0.1:9' } });
+    await src.stop();
+    const stream = new KvEventStream({ blockSize: 16 });
+    await expect(src.start(stream)).rejects.toMatchObject({ code: 'ERR_INVALID_ARG', message: 'the vllm source is stopped' });
+    await stream.close();
+  });
+});

@@ -535,6 +535,8 @@ export class EngineZmqSource implements EventSource {
   async start(sink: EventSink): Promise<void> {
     if (this.#starting !== null)
       throw new KvPlaneError('ERR_INVALID_ARG', `the ${this.name} source is already started`);
+    // A source runs once: one stopped before it started would otherwise start to nothing.
+    if (this.#stopped) throw new KvPlaneError('ERR_INVALID_ARG', `the ${this.name} source is stopped`);
     this.#starting = this.#open(sink);
     await this.#starting;
   }
