@@ -55,7 +55,10 @@ describe('EngineZmqSource', () => {
     const src = createSource('vllm', { sim: {}, engine: { endpoint: 'tcp://127.0.0.1:9' } });
     await src.stop();
     const stream = new KvEventStream({ blockSize: 16 });
-    await expect(src.start(stream)).rejects.toMatchObject({ code: 'ERR_INVALID_ARG', message: 'the vllm source is stopped' });
+    await expect(src.start(stream)).rejects.toMatchObject({
+      code: 'ERR_INVALID_ARG',
+      message: 'the vllm source is stopped',
+    });
     await stream.close();
   });
 });
