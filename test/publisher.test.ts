@@ -85,8 +85,8 @@ function seqBuf(seq: bigint): Buffer {
 }
 
 /** DEALER replay: every reply up to the end marker, as [topic?, seq, payload] after the delimiter. */
-async function dealerReplay(endpoint: string, start: bigint): Promise<Buffer[][]> {
-  const d = new Dealer({ receiveTimeout: 10_000 });
+async function dealerReplay(endpoint: string, start: bigint, receiveTimeout = 10_000): Promise<Buffer[][]> {
+  const d = new Dealer({ receiveTimeout });
   cleanup.push(() => d.close());
   d.connect(endpoint);
   await d.send([Buffer.alloc(0), seqBuf(start)]);
@@ -439,6 +439,28 @@ describe('replay', () => {
     // that completed into its socket's buffers let one more wait).
     expect(p.stats().replay.refused).toBeGreaterThan(100);
   }, 30_000);
+  it('peers that stop reading give their sessions up after 5 s while other peers wait, not after the send timeout', async () => {
+    const p = await publisher({ replaySendTimeoutMs: 60_000, replaySendBudgetBytes: 1, topic: 't' });
+    for (let i = 0; i < 128; i++) {
+      p.publish(chain(1024, 1 + 1024 * i));
+      await p.flush();
+    }
+    // Seventeen peers (one more than there are sessions) each ask for the whole log and read
+    // nothing: each replay is far more than the socket's and the kernel's buffers hold.
+    for (let i = 0; i < 17; i++) {
+      const stalled = new Dealer({ receiveHighWaterMark: 1, receiveBufferSize: 4096 });
+      cleanup.push(() => stalled.close());
+      stalled.connect(p.replayEndpoint as string);
+      await stalled.send([Buffer.alloc(0), seqBuf(1n)]);
+    }
+    await until(() => p.stats().replay.requests >= 17 && p.stats().replay.sessions === 16, 'every session taken');
+    const t0 = performance.now();
+    expect(await dealerReplay(p.replayEndpoint as string, p.indexer.lastSeq - 2n, 30_000)).toHaveLength(4);
+    const waited = performance.now() - t0;
+    expect(waited).toBeGreaterThan(1000);
+    expect(waited).toBeLessThan(15_000);
+    expect(p.stats().replay.abandoned).toBeGreaterThanOrEqual(1);
+  }, 60_000);
 });
 
 describe('recovering after a gap', () => {

@@ -33,6 +33,13 @@ export const MAX_REPLAY_WAITING = 4096;
 export const MAX_WAITING_PER_PEER = 64;
 /** The largest frame a replay peer may send (a request's seq is 8 bytes; its delimiter empty). */
 export const REQUEST_MAX_BYTES = 1024;
+/**
+ * How long a reply may wait on a full peer while requests of other peers wait for a session:
+ * past it (or `sendTimeoutMs`, if shorter) the replay is abandoned, so peers that stop reading
+ * hold the sessions for seconds, not the whole send timeout. A kvplane router gives up on a
+ * replay after 5 s itself.
+ */
+export const CONTENDED_STALL_MS = 5000;
 /** Batches fetched from the log per native call (each session holds one chunk's copies). */
 const CHUNK = 8;
 /** Logged batches kept for the replays in progress, shared by them (`ReplayCache`). */
@@ -231,19 +238,31 @@ export class ReplayServer {
     }
   }
 
+  /** Whether requests of peers without a session wait for one. */
+  #othersWaiting(): boolean {
+    let theirs = this.#waiting.length;
+    for (const peer of this.#busy) theirs -= this.#waitingOf.get(peer) ?? 0;
+    return theirs > 0;
+  }
+
   /**
    * Sends one reply to its peer. The ROUTER never blocks (send timeout 0), so one full peer holds
    * up no other: a peer at its HWM (EAGAIN) is retried with a short backoff until
-   * `sendTimeoutMs` passes without the message going out; a peer that left fails at once.
+   * `sendTimeoutMs` passes without the message going out (`CONTENDED_STALL_MS` while other peers
+   * wait); a peer that left fails at once.
    */
   async #sendTo(frames: Buffer[]): Promise<void> {
-    const deadline = Date.now() + this.#opts.sendTimeoutMs;
+    const since = Date.now();
+    const deadline = since + this.#opts.sendTimeoutMs;
+    const contended = since + Math.min(CONTENDED_STALL_MS, this.#opts.sendTimeoutMs);
     for (let wait = 1; ; wait = Math.min(wait * 2, 50)) {
       try {
         return await this.#writer.send(frames);
       } catch (err) {
         const full = (err as { code?: string }).code === 'EAGAIN';
-        if (!full || Date.now() >= deadline || this.#router.closed) throw err;
+        const now = Date.now();
+        const late = now >= deadline || (now >= contended && this.#othersWaiting());
+        if (!full || late || this.#router.closed) throw err;
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }
