@@ -1,5 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -154,6 +155,55 @@ describe('kvplane serve --engine sim', () => {
     expect(stopped.sim.requests).toBeGreaterThan(0);
     expect(stopped.events).toBeGreaterThan(0);
   });
+
+  it('skips its status line while out of file descriptors, keeps serving, and reports again after', async () => {
+    const config = join(tmpdir(), `kvplane-serve-fd-${process.pid}.json`);
+    writeFileSync(config, JSON.stringify({ http: { port: 0, host: '127.0.0.1' } }));
+    // A descriptor limit a connection flood reaches in a moment (the node needs about 40 itself).
+    const proc = spawn('prlimit', [
+      '--nofile=160:160',
+      '--',
+      process.execPath,
+      CLI,
+      'serve',
+      '--engine',
+      'sim',
+      '--config',
+      config,
+      '--endpoint',
+      'tcp://127.0.0.1:*',
+      '--replay-endpoint',
+      'tcp://127.0.0.1:*',
+      '--status-interval',
+      '0.2',
+    ]);
+    const lines: Record<string, unknown>[] = [];
+    createInterface({ input: proc.stdout }).on('line', (l) => lines.push(JSON.parse(l)));
+    const exit = new Promise<number | null>((resolve) => proc.on('exit', resolve));
+    const until = async (cond: () => boolean, what: string) => {
+      for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 25));
+      expect(cond(), what).toBe(true);
+    };
+    try {
+      await until(() => lines.some((l) => l.msg === 'serving'), 'serving');
+      const url = new URL((lines.find((l) => l.msg === 'serving') as { http: string }).http);
+      const flood: Socket[] = [];
+      for (let i = 0; i < 200; i++) {
+        const c = connect(Number(url.port), '127.0.0.1');
+        c.on('error', () => {});
+        flood.push(c);
+      }
+      await until(() => lines.some((l) => l.msg === 'status skipped'), 'a status line skipped');
+      expect(lines.find((l) => l.msg === 'status skipped')?.error).toMatch(/EMFILE|too many open files/i);
+      for (const c of flood) c.destroy();
+      const before = lines.length;
+      await until(() => lines.slice(before).some((l) => l.msg === 'status'), 'a status line again');
+      expect((await fetch(`${url.origin}/healthz`)).status).toBe(200);
+    } finally {
+      proc.kill('SIGTERM');
+    }
+    expect(await exit).toBe(0);
+  }, 30_000);
 
   it('warns when an endpoint will connect rather than serve, naming the bind: form', () => {
     const r = serveFor('tcp://127.0.0.1:9', 0.2);
