@@ -8,11 +8,13 @@ use crate::link::read_frame;
 use crate::runtime;
 use crate::zmtp;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdTcpListener};
 use std::os::unix::net::UnixListener as StdUnixListener;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Notify;
@@ -79,6 +81,9 @@ struct Peer {
   queue: Mutex<Queue>,
   wake: Notify,
   gone: AtomicBool,
+  /// Told to every waiter once the peer is gone (left, or cut off): a write blocked on a peer
+  /// that stopped reading ends with it, and so does its connection.
+  ended: Notify,
 }
 
 impl Peer {
@@ -335,6 +340,7 @@ async fn peer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, shared: 
     queue: Mutex::new(Queue::default()),
     wake: Notify::new(),
     gone: AtomicBool::new(false),
+    ended: Notify::new(),
   });
   shared.peers().push(peer.clone());
   // Aborted with this task too (the reader holds half the connection open).
@@ -351,14 +357,37 @@ async fn peer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, shared: 
       peer.wake.notified().await;
       continue;
     }
-    if write_messages(&mut w, &batch, &mut buf).await.is_err() {
+    // Listening for the end before looking at `gone`, so an end between the two is not missed.
+    let mut ended = std::pin::pin!(peer.ended.notified());
+    ended.as_mut().enable();
+    if peer.gone.load(Relaxed) {
       break;
+    }
+    match unless(write_messages(&mut w, &batch, &mut buf), ended).await {
+      Some(Ok(())) => {}
+      Some(Err(_)) | None => break,
     }
     crate::runtime::worked(batch.len());
     peer.queue().writing = 0;
   }
   drop(reader);
   shared.peers().retain(|p| !Arc::ptr_eq(p, &peer));
+}
+
+/// `fut`'s output, or `None` if `stop` completes first (`fut` is then dropped).
+async fn unless<F: Future>(fut: F, stop: impl Future<Output = ()>) -> Option<F::Output> {
+  let mut fut = std::pin::pin!(fut);
+  let mut stop = std::pin::pin!(stop);
+  std::future::poll_fn(|cx| {
+    if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+      return Poll::Ready(Some(v));
+    }
+    if stop.as_mut().poll(cx).is_ready() {
+      return Poll::Ready(None);
+    }
+    Poll::Pending
+  })
+  .await
 }
 
 struct AbortOnDrop(JoinHandle<()>);
@@ -432,6 +461,7 @@ async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, shared: 
   }
   peer.gone.store(true, Relaxed);
   peer.wake.notify_one();
+  peer.ended.notify_waiters();
 }
 
 #[cfg(test)]
@@ -584,6 +614,44 @@ mod tests {
       matches!(wide.read(&mut b), Ok(0) | Err(_)),
       "the wide peer's connection ended"
     );
+  }
+
+  #[test]
+  fn a_peer_cut_off_while_its_write_is_blocked_is_let_go_at_once() {
+    let opts = PubOptions {
+      max_subscriptions: 1,
+      ..PubOptions::default()
+    };
+    let p = Publisher::bind("tcp://127.0.0.1:0", opts).unwrap();
+    let mut stalled = subscriber(&p, b"");
+    until(|| {
+      p.shared
+        .peers()
+        .iter()
+        .any(|peer| !peer.queue().subs.is_empty())
+    });
+    // It reads nothing: 32 MiB is far more than the kernel buffers on both sides hold, so the
+    // peer's writer waits in a write.
+    for seq in 0..32 {
+      p.send(msg(b"", seq, vec![7; 1 << 20]));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(p.stats().peers, 1);
+    // Then it goes past its subscriptions and is cut off: its connection ends though the write
+    // it waits in never would.
+    let mut more = Vec::new();
+    zmtp::subscribe(b"more", &mut more);
+    stalled.write_all(&more).unwrap();
+    until(|| p.stats().refused_peers == 1 && p.stats().peers == 0);
+    let mut sink = vec![0u8; 1 << 20];
+    loop {
+      match stalled.read(&mut sink) {
+        Ok(0) => break,
+        Ok(_) => continue,
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+        Err(e) => panic!("the connection did not end: {e}"),
+      }
+    }
   }
 
   #[test]

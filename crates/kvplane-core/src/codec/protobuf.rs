@@ -348,7 +348,11 @@ mod tests {
     put_varint(&mut open, 1);
     let mut r = Reader::new(&open);
     let (_, wire) = r.key().unwrap();
-    assert!(r.skip(wire).unwrap_err().to_string().contains("never ended"));
+    assert!(r
+      .skip(wire)
+      .unwrap_err()
+      .to_string()
+      .contains("never ended"));
     // A group ended by another field's end (field 5 opened, 6 closed), nested or not.
     for nested in [false, true] {
       let mut crossed = Vec::new();
