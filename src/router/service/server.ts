@@ -32,6 +32,11 @@ export interface IndexerServerOptions {
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
   /** How ZMQ publishers are read (`RouterIndexOptions.zmqReceive`). Default `native`. */
   zmqReceive?: 'native' | 'js';
+  /**
+   * A connection that sends and receives nothing this long is closed, one that never sent a
+   * request included. Default 60,000 ms.
+   */
+  idleConnectionMs?: number;
   /** The application's prom-client registry and a metric name prefix (`/metrics`). */
   metrics?: MetricsOptions;
 }
@@ -119,7 +124,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
         registry.onChange = () => saveRegistrations(stateFile, registry.registrations());
         registry.onChange();
       }
-      serveJson(server, (req, res) => self.#handle(req, res));
+      serveJson(server, (req, res) => self.#handle(req, res), opts.idleConnectionMs);
       await listen(server, opts.port ?? 8090, opts.host ?? '0.0.0.0');
     } catch (err) {
       // Nothing is left following workers when the server does not start.

@@ -16,6 +16,7 @@ import { grpcJs } from '../../optional.js';
 import type { EncodedBatches } from '../../stream/batches.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { bearerMatches } from '../auth.js';
+import { idleConnectionMs } from '../idle.js';
 import { ENGINE_METHODS, type EngineMethod } from './engine_methods.js';
 import { EngineLoadPoller, type LoadPollStats } from './loads.js';
 import { decodeSubscribeRequest, encodeHealthResponse, KV_EVENT_SERVICES, rawMethod } from './services.js';
@@ -140,14 +141,6 @@ const DEFAULT_SNAPSHOT_CHUNK_BLOCKS = 4096;
 const DEFAULT_MAX_SNAPSHOTS = 4;
 const DEFAULT_MAX_SUBSCRIBERS = 1024;
 const DEFAULT_IDLE_CONNECTION_MS = 300_000;
-
-function idleConnectionMs(ms: number | undefined): number {
-  const v = ms ?? DEFAULT_IDLE_CONNECTION_MS;
-  if (!Number.isInteger(v) || v < 100) {
-    throw new KvPlaneError('ERR_INVALID_ARG', `idleConnectionMs must be an integer >= 100, got ${v}`);
-  }
-  return v;
-}
 const DEFAULT_LOAD_POLL_MS = 1000;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
@@ -266,7 +259,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     const grpc = grpcJs();
     const server = new grpc.Server({
       'grpc.max_send_message_length': -1,
-      'grpc.max_connection_idle_ms': idleConnectionMs(opts.idleConnectionMs),
+      'grpc.max_connection_idle_ms': idleConnectionMs(opts.idleConnectionMs, DEFAULT_IDLE_CONNECTION_MS),
     });
     const self = new KvGrpcServer(server, opts);
     for (const service of opts.services ?? KV_EVENT_SERVICES) {

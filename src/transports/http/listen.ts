@@ -1,6 +1,14 @@
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { bindOrThrow } from '../../errors.js';
+import { idleConnectionMs } from '../idle.js';
+
+/**
+ * How long a connection may go without sending or receiving a byte before it is closed (Node's
+ * `server.timeout`): a connection that never sends a request counts too, which Node's own
+ * request and header timeouts do not cover. Default 60,000 ms.
+ */
+export const DEFAULT_HTTP_IDLE_MS = 60_000;
 
 /** Listens on `host:port`; an address that cannot be bound is `ERR_BIND`. */
 export function listen(server: Server, port: number, host: string): Promise<void> {
@@ -36,7 +44,13 @@ export function requestUrl(req: IncomingMessage, base: string): URL | null {
  * request Node's HTTP parser refuses (400, 431 for headers too large, 408 for a request too slow)
  * and any error `handle` lets out (500, or the connection closed when the answer had begun).
  */
-export function serveJson(server: Server, handle: (req: IncomingMessage, res: ServerResponse) => Promise<void>): void {
+export function serveJson(
+  server: Server,
+  handle: (req: IncomingMessage, res: ServerResponse) => Promise<void>,
+  idleMs: number | undefined,
+): void {
+  // Without it, peers that connect and say nothing hold the process's file descriptors for good.
+  server.timeout = idleConnectionMs(idleMs, DEFAULT_HTTP_IDLE_MS);
   server.on('request', (req: IncomingMessage, res: ServerResponse) => {
     handle(req, res).catch((err: Error) => {
       if (res.headersSent) return void res.destroy();

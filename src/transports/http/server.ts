@@ -45,6 +45,12 @@ export interface KvHttpServerOptions {
    * until then. Default 30,000 ms.
    */
   recoverSendTimeoutMs?: number;
+  /**
+   * A connection that sends and receives nothing this long is closed, one that never sent a
+   * request included (peers that connect and say nothing would otherwise hold the process's file
+   * descriptors until it ran out). Default 60,000 ms.
+   */
+  idleConnectionMs?: number;
   /** The application's prom-client registry and a metric name prefix (`/metrics`). */
   metrics?: MetricsOptions;
 }
@@ -100,7 +106,7 @@ export class KvHttpServer extends EventEmitter<KvHttpServerEvents> {
   static async #create(opts: KvHttpServerOptions): Promise<KvHttpServer> {
     const server = createServer();
     const self = new KvHttpServer(server, opts);
-    serveJson(server, (req, res) => self.#handle(req, res));
+    serveJson(server, (req, res) => self.#handle(req, res), opts.idleConnectionMs);
     await listen(server, opts.port ?? 0, opts.host ?? '127.0.0.1');
     return self;
   }
