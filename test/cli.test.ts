@@ -12,6 +12,39 @@ import { repoPath, serveNode } from './fixtures.js';
 
 const CLI = repoPath('dist/cli.js');
 
+/**
+ * `kvplane serve --engine sim` with `config`, its live and replay sockets on loopback and a status
+ * line every 0.2 s, run under `wrapper` (a command and its arguments) if given: its JSON log lines
+ * as they come, its exit code, and a wait for a condition on them.
+ */
+function serveSim(config: string, wrapper: string[] = [], env: NodeJS.ProcessEnv = process.env) {
+  const args = [
+    ...wrapper.slice(1),
+    ...(wrapper.length > 0 ? [process.execPath] : []),
+    CLI,
+    'serve',
+    '--engine',
+    'sim',
+    '--config',
+    config,
+    '--endpoint',
+    'tcp://127.0.0.1:*',
+    '--replay-endpoint',
+    'tcp://127.0.0.1:*',
+    '--status-interval',
+    '0.2',
+  ];
+  const proc = spawn(wrapper[0] ?? process.execPath, args, { env });
+  const lines: Record<string, unknown>[] = [];
+  createInterface({ input: proc.stdout }).on('line', (l) => lines.push(JSON.parse(l)));
+  const exit = new Promise<number | null>((resolve) => proc.on('exit', resolve));
+  const until = async (cond: () => boolean, what = 'the condition') => {
+    for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 25));
+    expect(cond(), what).toBe(true);
+  };
+  return { proc, lines, exit, until };
+}
+
 describe('kvplane serve --engine sim', () => {
   it('serves the simulated engine over ZMQ, gRPC and HTTP (bearer token), logs structured status off a TTY, and stops cleanly on SIGTERM', async () => {
     const config = join(tmpdir(), `kvplane-serve-${process.pid}.json`);
@@ -29,31 +62,7 @@ describe('kvplane serve --engine sim', () => {
       }),
     );
     const token = 'cli-test-token';
-    const proc = spawn(
-      process.execPath,
-      [
-        CLI,
-        'serve',
-        '--engine',
-        'sim',
-        '--config',
-        config,
-        '--endpoint',
-        'tcp://127.0.0.1:*',
-        '--replay-endpoint',
-        'tcp://127.0.0.1:*',
-        '--status-interval',
-        '0.2',
-      ],
-      { env: { ...process.env, KVPLANE_AUTH_TOKEN: token } },
-    );
-    const lines: Record<string, unknown>[] = [];
-    createInterface({ input: proc.stdout }).on('line', (l) => lines.push(JSON.parse(l)));
-    const exit = new Promise<number | null>((resolve) => proc.on('exit', resolve));
-    const until = async (cond: () => boolean) => {
-      for (let i = 0; i < 200 && !cond(); i++) await new Promise((r) => setTimeout(r, 25));
-      expect(cond()).toBe(true);
-    };
+    const { proc, lines, exit, until } = serveSim(config, [], { ...process.env, KVPLANE_AUTH_TOKEN: token });
     await until(() => lines.some((l) => l.msg === 'serving'));
     const serving = lines.find((l) => l.msg === 'serving') as Record<string, string>;
     const sub = new Subscriber();
@@ -160,30 +169,7 @@ describe('kvplane serve --engine sim', () => {
     const config = join(tmpdir(), `kvplane-serve-fd-${process.pid}.json`);
     writeFileSync(config, JSON.stringify({ http: { port: 0, host: '127.0.0.1' } }));
     // A descriptor limit a connection flood reaches in a moment (the node needs about 40 itself).
-    const proc = spawn('prlimit', [
-      '--nofile=160:160',
-      '--',
-      process.execPath,
-      CLI,
-      'serve',
-      '--engine',
-      'sim',
-      '--config',
-      config,
-      '--endpoint',
-      'tcp://127.0.0.1:*',
-      '--replay-endpoint',
-      'tcp://127.0.0.1:*',
-      '--status-interval',
-      '0.2',
-    ]);
-    const lines: Record<string, unknown>[] = [];
-    createInterface({ input: proc.stdout }).on('line', (l) => lines.push(JSON.parse(l)));
-    const exit = new Promise<number | null>((resolve) => proc.on('exit', resolve));
-    const until = async (cond: () => boolean, what: string) => {
-      for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 25));
-      expect(cond(), what).toBe(true);
-    };
+    const { proc, lines, exit, until } = serveSim(config, ['prlimit', '--nofile=160:160', '--']);
     try {
       await until(() => lines.some((l) => l.msg === 'serving'), 'serving');
       const url = new URL((lines.find((l) => l.msg === 'serving') as { http: string }).http);
