@@ -268,9 +268,18 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// descriptors, the system out of memory) is counted and retried after `ACCEPT_RETRY`: ending
 /// here would leave the endpoint unbound for good while every other part of the node serves on.
 async fn accept(listener: Listener, shared: Arc<Shared>) {
-  let failed = |shared: &Shared| {
+  // Counted, then retried: at once when only that connection failed (it was reset or aborted
+  // before it was taken), after `ACCEPT_RETRY` when the process is out of something (file
+  // descriptors, memory) that a retry at once would only fail on again.
+  let failed = |shared: &Shared, e: io::Error| {
     shared.accept_errors.fetch_add(1, Relaxed);
-    tokio::time::sleep(ACCEPT_RETRY)
+    let theirs = matches!(
+      e.kind(),
+      io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::Interrupted
+    );
+    tokio::time::sleep(if theirs { Duration::ZERO } else { ACCEPT_RETRY })
   };
   match listener {
     Listener::Tcp(l) => {
@@ -283,7 +292,7 @@ async fn accept(listener: Listener, shared: Arc<Shared>) {
             let _ = s.set_nodelay(true);
             spawn_peer(s, &shared);
           }
-          Err(_) => failed(&shared).await,
+          Err(e) => failed(&shared, e).await,
         }
       }
     }
@@ -294,7 +303,7 @@ async fn accept(listener: Listener, shared: Arc<Shared>) {
       loop {
         match l.accept().await {
           Ok((s, _)) => spawn_peer(s, &shared),
-          Err(_) => failed(&shared).await,
+          Err(e) => failed(&shared, e).await,
         }
       }
     }
