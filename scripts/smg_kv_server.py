@@ -14,6 +14,8 @@ answering each with {"ok": true}:
         the block's hash; medium "GPU" (cache_level 0)
   {"op": "remove", "rank": R, "hashes": [..]}
   {"op": "drop"}   ends every open stream with UNAVAILABLE (a lost connection)
+  {"op": "epoch", "value": "..."}   streams opened from now on send `x-kvplane-epoch: value`
+  {"op": "end_at_once", "on": true|false}   streams opened from now on end at once (status OK)
   {"op": "exit"}
 """
 
@@ -39,6 +41,8 @@ class Log:
         self.next_seq = 1
         self.epoch = 0  # bumped by "drop": open streams end
         self.cond = threading.Condition()
+        self.epoch_header: str | None = None
+        self.end_at_once = False
 
     def append(self, rank: int, event: common_pb2.KvCacheEvent) -> None:
         with self.cond:
@@ -61,6 +65,10 @@ class Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):
         log = self.log
         start = request.start_sequence_number
         with log.cond:
+            if log.epoch_header is not None:
+                context.send_initial_metadata((("x-kvplane-epoch", log.epoch_header),))
+            if log.end_at_once:
+                return
             oldest = log.batches[0].sequence_number if log.batches else log.next_seq
             if start != 0 and start < oldest:
                 context.abort(
@@ -115,6 +123,10 @@ def main() -> None:
             with log.cond:
                 log.epoch += 1
                 log.cond.notify_all()
+        elif op == "epoch":
+            log.epoch_header = cmd["value"]
+        elif op == "end_at_once":
+            log.end_at_once = cmd["on"]
         elif op == "exit":
             print(json.dumps({"ok": True}), flush=True)
             break

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { afterEach, describe, expect, it } from 'vitest';
-import { IndexerServer } from '../dist/index.mjs';
+import { IndexerServer, RouterIndex } from '../dist/index.mjs';
 import { repoPath, sleep, until } from './fixtures.js';
 import { post } from './router_fixtures.js';
 
@@ -16,7 +16,11 @@ afterEach(async () => {
 const BS = 16;
 const tokensOf = (hashes: number[]) => hashes.flatMap((h) => Array(BS).fill(h));
 
-async function smgServer(): Promise<{ address: string; run(cmd: Record<string, unknown>): Promise<void> }> {
+async function smgServer(): Promise<{
+  address: string;
+  pid: number;
+  run(cmd: Record<string, unknown>): Promise<void>;
+}> {
   const proc: ChildProcess = spawn('python3', [repoPath('scripts/smg_kv_server.py')], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
@@ -29,6 +33,7 @@ async function smgServer(): Promise<{ address: string; run(cmd: Record<string, u
   const ready = JSON.parse((await lines.next()).value) as { grpc: string };
   return {
     address: ready.grpc,
+    pid: proc.pid as number,
     async run(cmd) {
       proc.stdin?.write(`${JSON.stringify(cmd)}\n`);
       expect(JSON.parse((await lines.next()).value)).toEqual({ ok: true });
@@ -64,5 +69,77 @@ describe('kvplane indexer following an SMG-proto server of smg-grpc-proto', () =
     expect(s?.recoveries).toMatchObject({ snapshot: 1, resume: 1 });
     expect(s?.epoch).toBeNull(); // no x-kvplane-epoch from this server
     expect(s?.duplicates).toBe(0);
+    // Lost again with nothing new to send: grpcio sends no headers until a message, and the
+    // resumed stream still counts as live once connected.
+    await smg.run({ op: 'drop' });
+    await until(() => sub()?.recoveries.resume === 2 && sub()?.state === 'live', 'resumed on a quiet server', 15_000);
+  }, 30_000);
+
+  it('follows a server whose x-kvplane-epoch is not a number as one that sends none, and says so', async () => {
+    const smg = await smgServer();
+    await smg.run({ op: 'epoch', value: 'not-a-number' });
+    await smg.run({ op: 'store', rank: 0, hashes: [1, 2], parent: null });
+    const ix = new RouterIndex({ blockSize: BS });
+    cleanup.push(() => ix.close());
+    const warnings: string[] = [];
+    ix.on('warning', (msg) => warnings.push(msg));
+    ix.subscribe(5n, { kind: 'grpc', address: smg.address });
+    await until(() => ix.subscription(5n)?.stats().lastSeq === 1n, 'the log applied');
+    const s = ix.subscription(5n)?.stats();
+    expect([s?.state, s?.epoch]).toEqual(['live', null]);
+    expect(s?.lastError).toMatch(/malformed x-kvplane-epoch header ignored: "not-a-number"/);
+    expect(warnings).toContain('malformed epoch header ignored');
+    expect([...ix.findMatches(tokensOf([1, 2])).device]).toEqual([2]);
+  }, 30_000);
+
+  it('backs off from a server that ends every stream at once, instead of calling it in a loop', async () => {
+    const smg = await smgServer();
+    await smg.run({ op: 'end_at_once', on: true });
+    const ix = new RouterIndex({ blockSize: BS });
+    cleanup.push(() => ix.close());
+    ix.subscribe(6n, { kind: 'grpc', address: smg.address });
+    await sleep(3000);
+    const s = ix.subscription(6n)?.stats();
+    // 100, 200, 400, 800 and 1,600 ms apart (±20%): a handful, not thousands.
+    expect(s?.reconnects).toBeGreaterThanOrEqual(3);
+    expect(s?.reconnects).toBeLessThanOrEqual(8);
+    expect(s?.lastError).toBe('stream ended');
+    expect(s?.state).not.toBe('live');
+    // Once the server serves again, the stream stays.
+    await smg.run({ op: 'end_at_once', on: false });
+    await smg.run({ op: 'store', rank: 0, hashes: [7], parent: null });
+    await until(() => ix.subscription(6n)?.stats().lastSeq === 1n, 'served again', 15_000);
+  }, 30_000);
+
+  it('notices a server that stops answering (keepalive pings), and follows it again once it answers', async () => {
+    const smg = await smgServer();
+    await smg.run({ op: 'store', rank: 0, hashes: [1], parent: null });
+    const ix = new RouterIndex({ blockSize: BS });
+    cleanup.push(() => ix.close());
+    ix.subscribe(7n, { kind: 'grpc', address: smg.address, keepaliveMs: 500 });
+    const sub = () => ix.subscription(7n)?.stats();
+    await until(() => sub()?.state === 'live', 'live');
+    process.kill(smg.pid, 'SIGSTOP');
+    cleanup.push(() => process.kill(smg.pid, 'SIGCONT'));
+    const t0 = performance.now();
+    await until(() => sub()?.state !== 'live', 'the hung server noticed', 10_000);
+    expect(performance.now() - t0).toBeLessThan(5000);
+    process.kill(smg.pid, 'SIGCONT');
+    await smg.run({ op: 'store', rank: 0, hashes: [2], parent: 1 });
+    await until(() => sub()?.lastSeq === 2n && sub()?.state === 'live', 'followed again', 20_000);
+    expect([...ix.findMatches(tokensOf([1, 2])).device]).toEqual([2]);
+  }, 40_000);
+
+  it('refuses a message over maxMessageBytes without reading it whole, and says why', async () => {
+    const smg = await smgServer();
+    await smg.run({ op: 'store', rank: 0, hashes: Array.from({ length: 2000 }, (_, i) => i + 1), parent: null });
+    const ix = new RouterIndex({ blockSize: BS });
+    cleanup.push(() => ix.close());
+    ix.subscribe(8n, { kind: 'grpc', address: smg.address, maxMessageBytes: 64 * 1024 });
+    await until(() => /RESOURCE_EXHAUSTED/.test(ix.subscription(8n)?.stats().lastError ?? ''), 'the refusal');
+    expect(ix.subscription(8n)?.stats().lastSeq).toBeNull();
+    expect(() => ix.subscribe(9n, { kind: 'grpc', address: smg.address, keepaliveMs: 0 })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG' }),
+    );
   }, 30_000);
 });

@@ -1,4 +1,5 @@
 import type { Client, ClientReadableStream, Metadata, ServiceError } from '@grpc/grpc-js';
+import { invalidArg } from '../../errors.js';
 import { grpcJs } from '../../optional.js';
 import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
 import { status, statusName } from '../../transports/grpc/status.js';
@@ -25,10 +26,43 @@ export interface GrpcSubscriptionOptions {
   onWarning?: (msg: string, detail: Record<string, unknown>) => void;
   /** Each recovery as it happens. */
   onRecovered?: (kind: RecoveryKind) => void;
+  /**
+   * HTTP/2 pings this often, and a connection whose ping is not answered within 10 s (or this, if
+   * shorter) is dropped and followed again: a node that hangs or is cut off is noticed, where a
+   * quiet stream alone says nothing. Default 30,000 ms. A grpcio server (Python) with its default
+   * settings answers pings more often than every 5 min on a stream it sends nothing on with
+   * GOAWAY `too_many_pings`; grpc-js then doubles the interval for that server, and the stream
+   * resumes from its last seq.
+   */
+  keepaliveMs?: number;
+  /** The largest message taken from the node. Default 256 MiB (as the native ZMQ link's frames). */
+  maxMessageBytes?: number;
 }
 
 const raw = (b: Buffer) => b;
 const EPOCH_KEY = 'x-kvplane-epoch';
+const DEFAULT_KEEPALIVE_MS = 30_000;
+const DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024;
+/**
+ * A stream that lived this long before it ended counts as a success: the next one opens at once
+ * when it can resume (and the backoff starts over). One that ends sooner waits the backoff, so a
+ * node that ends, refuses or breaks every stream at once is not called in a loop.
+ */
+const STABLE_STREAM_MS = 5000;
+/** How long a resumed call must stand on a connected channel to count as live without headers. */
+const RESUME_SETTLE_MS = 500;
+
+function positiveInt(name: string, v: number): number {
+  if (!Number.isInteger(v) || v < 1) invalidArg(`${name} is ${v}: an integer >= 1`);
+  return v;
+}
+
+/** A kvplane node's epoch (a u64 in decimal), or `undefined` for anything else. */
+function parseEpoch(v: string): bigint | undefined {
+  if (!/^\d{1,20}$/.test(v)) return undefined;
+  const n = BigInt(v);
+  return n < 2n ** 64n ? n : undefined;
+}
 
 /**
  * A worker followed over gRPC `SubscribeKvEvents` (docs/architecture.md#router-side). Joining, it
@@ -53,6 +87,8 @@ export class GrpcSubscription implements Subscription {
   #clearPending = false;
   /** The last batch applied was a snapshot chunk with more of its snapshot to come. */
   #inSnapshot = false;
+  /** When the current stream was opened (`STABLE_STREAM_MS`). */
+  #openedAt = 0;
   readonly #stats: SubscriptionStats;
 
   constructor(target: RouterTarget, o: GrpcSubscriptionOptions) {
@@ -61,10 +97,13 @@ export class GrpcSubscription implements Subscription {
     this.workerId = o.workerId;
     this.dpRank = o.dpRank ?? 0;
     const grpc = grpcJs();
+    const keepaliveMs = positiveInt('keepaliveMs', o.keepaliveMs ?? DEFAULT_KEEPALIVE_MS);
     this.#client = new grpc.Client(o.address, grpc.credentials.createInsecure(), {
-      'grpc.max_receive_message_length': -1,
+      'grpc.max_receive_message_length': positiveInt('maxMessageBytes', o.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES),
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 5000,
+      'grpc.keepalive_time_ms': keepaliveMs,
+      'grpc.keepalive_timeout_ms': Math.min(10_000, keepaliveMs),
     });
     this.#stats = {
       workerId: o.workerId,
@@ -108,6 +147,7 @@ export class GrpcSubscription implements Subscription {
 
   #open(): void {
     if (this.#closed) return;
+    this.#openedAt = Date.now();
     const s = this.#stats;
     // A stream lost in the middle of a snapshot starts over: the chunks' seqs are the log's, so
     // resuming after the last chunk applied would lay live history over a partial state.
@@ -126,7 +166,13 @@ export class GrpcSubscription implements Subscription {
     call.on('metadata', (m: Metadata) => {
       if (this.#call !== call) return;
       const v = m.get(EPOCH_KEY)[0];
-      const epoch = v === undefined ? null : BigInt(v.toString());
+      let epoch = v === undefined ? null : parseEpoch(v.toString());
+      if (epoch === undefined) {
+        // Not a kvplane node's epoch: followed as a server that sends none (SMG's own), and said.
+        s.lastError = `malformed ${EPOCH_KEY} header ignored: ${JSON.stringify(v?.toString().slice(0, 64))}`;
+        this.#warn('malformed epoch header ignored', { value: v?.toString().slice(0, 64) });
+        epoch = null;
+      }
       if (epoch !== null && s.epoch !== null && epoch !== s.epoch) {
         s.restarts++;
         this.#o.onRecovered?.('restart');
@@ -138,17 +184,35 @@ export class GrpcSubscription implements Subscription {
         }
       }
       if (epoch !== null) s.epoch = epoch;
-      if (from !== 0n) {
-        s.recoveries.resume++;
-        this.#o.onRecovered?.('resume');
-        s.state = 'live';
-      }
+      if (from !== 0n && s.state === 'connecting') this.#resumed();
     });
+    if (from !== 0n) this.#liveOnceConnected(call);
     call.on('data', (buf: Buffer) => this.#batch(call, buf));
     call.on('error', (err: ServiceError) => this.#failed(call, err));
     call.on('end', () => {
-      if (this.#call === call) this.#retry('stream ended', 0);
+      if (this.#call === call) this.#retry('stream ended', true);
     });
+  }
+
+  #resumed(): void {
+    this.#stats.recoveries.resume++;
+    this.#o.onRecovered?.('resume');
+    this.#stats.state = 'live';
+  }
+
+  /**
+   * A resumed stream counts as live once its channel is connected and the call still stands,
+   * whether or not the server has sent anything: a grpcio server sends its headers with its first
+   * message, so a quiet one would otherwise show as connecting until its next batch.
+   */
+  #liveOnceConnected(call: ClientReadableStream<Buffer>): void {
+    const check = () => {
+      if (this.#call !== call || this.#stats.state !== 'connecting') return;
+      const ready = this.#client.getChannel().getConnectivityState(false) === grpcJs().connectivityState.READY;
+      if (ready) this.#resumed();
+      else setTimeout(check, RESUME_SETTLE_MS).unref();
+    };
+    setTimeout(check, RESUME_SETTLE_MS).unref();
   }
 
   #batch(call: ClientReadableStream<Buffer>, buf: Buffer): void {
@@ -177,7 +241,7 @@ export class GrpcSubscription implements Subscription {
       this.#warn('seq gap on the stream; resubscribing from the missing seq', { expected: s.lastSeq, got: r.seq });
       this.#call = null;
       call.cancel();
-      this.#retry('gap', 0);
+      this.#retry('gap', true);
       return;
     }
     this.#fresh = false;
@@ -186,8 +250,8 @@ export class GrpcSubscription implements Subscription {
     s.batches++;
     s.events += r.events;
     s.lastBatchAt = Date.now();
-    s.state = 'live';
-    this.#backoff.reset();
+    // Until its snapshot's last chunk, what the worker holds is not yet the node's state.
+    s.state = this.#inSnapshot ? 'recovering' : 'live';
     appliedSoTrimLater();
   }
 
@@ -196,7 +260,7 @@ export class GrpcSubscription implements Subscription {
     this.#fresh = true;
     this.#call = null;
     call.cancel();
-    this.#retry(why, 0);
+    this.#retry(why, true);
   }
 
   #failed(call: ClientReadableStream<Buffer>, err: ServiceError): void {
@@ -206,18 +270,26 @@ export class GrpcSubscription implements Subscription {
     if (err.code === status.OUT_OF_RANGE) {
       // Expired cursor: the node's log no longer reaches back to it.
       this.#fresh = true;
-      this.#retry(s.lastError, 0);
+      this.#retry(s.lastError, true);
     } else if (err.code === status.RESOURCE_EXHAUSTED) {
-      // Cut off for lagging: resume where it stopped.
-      this.#retry(s.lastError, 0);
+      // Cut off for lagging (or the node full): resume where it stopped.
+      this.#retry(s.lastError, true);
     } else {
-      this.#retry(s.lastError, this.#backoff.delay());
+      this.#retry(s.lastError, false);
     }
   }
 
-  #retry(why: string, delayMs: number): void {
+  /**
+   * Opens the stream again: at once if `resumable` and the stream that ended had lived
+   * `STABLE_STREAM_MS`, else after the backoff (100 ms doubling to 5 s).
+   */
+  #retry(why: string, resumable: boolean): void {
     this.#call = null;
     if (this.#closed) return;
+    const stable = Date.now() - this.#openedAt >= STABLE_STREAM_MS;
+    if (stable) this.#backoff.reset();
+    const delayMs = resumable && stable ? 0 : this.#backoff.delay();
+    this.#stats.lastError = why;
     this.#stats.reconnects++;
     this.#stats.state = 'backoff';
     if (this.#timer) clearTimeout(this.#timer);

@@ -176,6 +176,8 @@ export class ZmqSubscription implements Subscription {
       const res = await fetch(new URL('/kv_recover?format=msgpack', url), {
         signal: AbortSignal.timeout(30_000),
         headers: token ? { authorization: `Bearer ${token}` } : {},
+        // A node's own state is at its own URL: a redirect elsewhere is not followed (as for /healthz).
+        redirect: 'error',
       });
       if (!res.ok) throw new Error(`HTTP ${res.status}`);
       const answer = target.applyRecovery(this.workerId, await bodyUpTo(res, TREE_DUMP_BYTES));
