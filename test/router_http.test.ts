@@ -388,6 +388,44 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     expect(index.subscription(2n)?.stats().lastError).toBeNull();
   });
 
+  it("does not follow a redirect from a node's /kv_recover to another place", async () => {
+    const { publisher, http } = await kvNode();
+    publisher.publish([
+      { type: 'stored', blockHashes: [21n], parentBlockHash: null, tokenIds: Uint32Array.of(1, 2, 3, 4), blockSize: 4 },
+    ]);
+    await publisher.flush();
+    let stolen = 0;
+    const elsewhere = createServer((_req, res) => {
+      stolen++;
+      res.end('{}');
+    });
+    await new Promise<void>((r) => elsewhere.listen(0, '127.0.0.1', r));
+    cleanup.push(() => new Promise((r) => elsewhere.close(r)));
+    // The node's own /healthz, and a /kv_recover that sends the indexer somewhere else.
+    const front = createServer(async (req, res) => {
+      if (req.url?.startsWith('/kv_recover')) {
+        res.writeHead(302, { location: `http://127.0.0.1:${(elsewhere.address() as AddressInfo).port}/steal` });
+        return void res.end();
+      }
+      const health = await fetch(`http://127.0.0.1:${http.port}/healthz`);
+      res.writeHead(health.status, { 'content-type': 'application/json' });
+      res.end(await health.text());
+    });
+    await new Promise<void>((r) => front.listen(0, '127.0.0.1', r));
+    cleanup.push(() => new Promise((r) => front.close(r)));
+    const ix = await indexer();
+    const url = `http://127.0.0.1:${(front.address() as AddressInfo).port}`;
+    const reg = { instance_id: 2, endpoint: publisher.endpoint, url, model_name: 'm', block_size: 4 };
+    expect((await post(ix.url, '/register', reg)).status).toBe(201);
+    const sub = () => ix.registry.index('m', 'default').subscription(2n)?.stats();
+    for (let i = 0; i < 150 && !/kv_recover/.test(sub()?.lastError ?? ''); i++) {
+      publisher.publish([{ type: 'removed', blockHashes: [999n] }]);
+      await sleep(20);
+    }
+    expect(sub()?.lastError).toMatch(/\/kv_recover: fetch failed/);
+    expect(stolen).toBe(0);
+  });
+
   it('finds its gRPC server from /healthz, rebuilds from its snapshot, and survives an indexer restart from the state file', async () => {
     const { publisher, grpc, http } = await kvNode();
     const tokens = Uint32Array.from({ length: 12 }, (_, i) => i + 1);
