@@ -3,6 +3,7 @@ import { invalidArg } from '../../errors.js';
 import { grpcJs } from '../../optional.js';
 import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
 import { status, statusName } from '../../transports/grpc/status.js';
+import { MAX_FRAME_BYTES } from '../../transports/zmq/config.js';
 import {
   appliedSoTrimLater,
   Backoff,
@@ -42,7 +43,6 @@ export interface GrpcSubscriptionOptions {
 const raw = (b: Buffer) => b;
 const EPOCH_KEY = 'x-kvplane-epoch';
 const DEFAULT_KEEPALIVE_MS = 30_000;
-const DEFAULT_MAX_MESSAGE_BYTES = 256 * 1024 * 1024;
 /**
  * A stream that lived this long before it ended counts as a success: the next one opens at once
  * when it can resume (and the backoff starts over). One that ends sooner waits the backoff, so a
@@ -99,7 +99,7 @@ export class GrpcSubscription implements Subscription {
     const grpc = grpcJs();
     const keepaliveMs = positiveInt('keepaliveMs', o.keepaliveMs ?? DEFAULT_KEEPALIVE_MS);
     this.#client = new grpc.Client(o.address, grpc.credentials.createInsecure(), {
-      'grpc.max_receive_message_length': positiveInt('maxMessageBytes', o.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES),
+      'grpc.max_receive_message_length': positiveInt('maxMessageBytes', o.maxMessageBytes ?? MAX_FRAME_BYTES),
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 5000,
       'grpc.keepalive_time_ms': keepaliveMs,

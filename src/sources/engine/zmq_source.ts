@@ -2,7 +2,7 @@ import type { Dealer, Subscriber } from 'zeromq';
 import type { Dialect } from '../../codec.js';
 import { invalidArg, KvPlaneError } from '../../errors.js';
 import { zeromq } from '../../optional.js';
-import { endpointForRank, zmqAddress } from '../../transports/zmq/config.js';
+import { endpointForRank, MAX_FRAME_BYTES, zmqAddress } from '../../transports/zmq/config.js';
 import { END_OF_REPLAY, seqFrame } from '../../transports/zmq/writer.js';
 import { type EventSink, type EventSource, type RelaySink, relaySink, type SourceHealth } from '../source.js';
 import { type EngineBatch, type FollowerCounters, type FollowStep, RankFollower } from './follower.js';
@@ -154,6 +154,7 @@ class ZmqjsFeed implements LiveFeed {
     this.#topic = o.topic ?? '';
     this.#sub = new (zeromq().Subscriber)({
       linger: 0,
+      maxMessageSize: MAX_FRAME_BYTES,
       receiveHighWaterMark: o.receiveHwm ?? 10_000,
       ...(o.reconnectMaxMs ? { reconnectMaxInterval: o.reconnectMaxMs } : {}),
     });
@@ -378,6 +379,7 @@ class RankLink {
       } else {
         const dealer = new (zeromq().Dealer)({
           linger: 0,
+          maxMessageSize: MAX_FRAME_BYTES,
           receiveTimeout: this.#source.options.replayTimeoutMs ?? 5000,
         });
         const done = this.#fetch(dealer, step.from, step.fetch).finally(() => this.#fetches.delete(dealer));
