@@ -175,6 +175,38 @@ describe("metrics into the application's registry", () => {
   });
 });
 
+describe("the indexer's own /metrics", () => {
+  it("writes a worker's last seq exactly, past 2^53", async () => {
+    const first = 2n ** 60n + 7n;
+    const pub = await KvEventPublisher.create({
+      endpoint: 'tcp://127.0.0.1:*',
+      replayEndpoint: null,
+      blockSize: BS,
+      firstSeq: first,
+    });
+    const ix = await IndexerServer.create({
+      host: '127.0.0.1',
+      port: 0,
+      workers: [{ instanceId: 7n, dpRank: 0, modelName: 'm', routingGroup: '', blockSize: BS, endpoint: pub.endpoint }],
+    });
+    try {
+      let text = '';
+      for (let i = 0; i < 100 && !/_worker_last_seq\{/.test(text); i++) {
+        pub.stored(stored(i + 1));
+        await pub.flush();
+        await new Promise((r) => setTimeout(r, 50));
+        text = await (await fetch(`${ix.url}/metrics`)).text();
+      }
+      const seq = /^kvplane_indexer_worker_last_seq\{instance_id="7",dp_rank="0"\} (\d+)$/m.exec(text)?.[1];
+      expect(BigInt(seq ?? '0')).toBe(ix.registry.index('m', '').subscription(7n)?.stats().lastSeq);
+      expect(BigInt(seq ?? '0') > first).toBe(true);
+    } finally {
+      await ix.close();
+      await pub.close();
+    }
+  });
+});
+
 describe('AbortSignal on async calls', () => {
   const isAbort = (e: unknown) => e instanceof Error && e.name === 'AbortError';
 

@@ -58,13 +58,14 @@ export function indexerMetrics(
     name: string;
     help: string;
     kind: 'gauge' | 'counter';
-    read?: (s: SubscriptionStats) => number | null;
+    /** A bigint is written exactly in the indexer's own text; the application's registry takes numbers. */
+    read?: (s: SubscriptionStats) => number | bigint | null;
     byKind?: (s: SubscriptionStats) => Record<string, number>;
   }> = [];
   const perWorker = (
     name: string,
     help: string,
-    read: (s: SubscriptionStats) => number | null,
+    read: (s: SubscriptionStats) => number | bigint | null,
     kind: 'gauge' | 'counter' = 'gauge',
   ) => {
     families.push({ name: prefix + name, help, kind, read });
@@ -93,7 +94,7 @@ export function indexerMetrics(
         if (f.byKind)
           return Object.entries(f.byKind(s)).map(([kind, value]) => ({ labels: { ...labels, kind }, value }));
         const value = f.read?.(s) ?? null;
-        return value === null ? [] : [{ labels, value }];
+        return value === null ? [] : [{ labels, value: Number(value) }];
       });
     const metric = { name: f.name, help: f.help, type: f.kind, aggregator: 'sum' as const };
     return { ...metric, get: () => ({ ...metric, values: values() }), reset() {} };
@@ -115,7 +116,7 @@ export function indexerMetrics(
     },
   });
   perWorker('kvplane_indexer_worker_last_seq', 'last seq applied from the worker (node numbering)', (s) =>
-    s.lastSeq === null ? null : Number(s.lastSeq),
+    s.lastSeq === null ? null : s.lastSeq,
   );
   perWorker('kvplane_indexer_worker_lag_seconds', 'seconds since the last batch applied from the worker', (s) =>
     s.lastBatchAt === null ? null : (Date.now() - s.lastBatchAt) / 1000,
