@@ -190,4 +190,35 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
     expect(short(g.resyncFailed(id))).toEqual(['c:gap', 'a5']);
     expect(g.counters).toMatchObject({ unrecoverable: 1, cleared: 1, resynced: 0 });
   });
+
+  it('refuses a replay or a loaded state far ahead of the live stream, and starts over when live batches fall far behind', () => {
+    // A replayed seq far ahead of the newest live batch is refused by whoever feeds the replay.
+    const f = new RankFollower({ replay: true, firstSeq: 0n, resync: true });
+    live(f, b(0));
+    expect(f.aheadOfLive(65_536n)).toBe(false);
+    expect(f.aheadOfLive(65_537n)).toBe(true);
+    // A state loaded as of a seq far ahead counts as a failed load: cleared, and what was held
+    // follows (before, every live batch after it was a duplicate).
+    const gap = follow(f, f.live(b(5)));
+    expect(gap.map((x) => x.kind)).toEqual(['fetch']);
+    const lose = follow(f, f.replayed(fetchId(f), b(3))); // 1 and 2 are gone: the state is loaded
+    expect(lose.map((x) => x.kind)).toEqual(['resync']);
+    expect(short(f.resynced(fetchId(f), 2n ** 62n))).toEqual(['c:gap', 'a5']);
+    expect(short(live(f, b(6)))).toEqual(['a6']);
+    expect(f.counters).toMatchObject({ resynced: 0, duplicates: 0 });
+    // Joining, before any live batch, a replay can only be taken as it comes; a live batch far
+    // below what it reached is then a new start (as a restart), not a duplicate.
+    const g = new RankFollower({ replay: true, firstSeq: 0n });
+    expect(short(follow(g, g.join()))).toEqual(['f0']);
+    expect(short(follow(g, g.replayed(fetchId(g), b(0))))).toEqual(['a0']);
+    expect(short(follow(g, g.replayed(fetchId(g), { seq: 2n ** 62n, payload: Buffer.alloc(1) })))).toEqual([
+      'c:gap',
+      `a${2n ** 62n}`,
+    ]);
+    follow(g, g.replayEnded(fetchId(g), true));
+    const steps = short(live(g, b(7)));
+    expect(steps[0]).toBe('c:restart');
+    expect(g.counters).toMatchObject({ restarts: 1, duplicates: 0 });
+    expect(g.fetchWanted(fetchId(g))).toBe(steps.includes('f0'));
+  });
 });

@@ -3,7 +3,7 @@ import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { Publisher } from 'zeromq';
+import { Publisher, Router } from 'zeromq';
 import { encodeBatch, type KvEvent, RouterIndex } from '../dist/index.mjs';
 import { freePort, repoPath, sleep, storedBlock, until } from './fixtures.js';
 
@@ -65,6 +65,88 @@ async function follow(index: RouterIndex, endpoint: string) {
 }
 
 const held = (index: RouterIndex, hashes: number[]) => index.findMatches(tokensOf(hashes)).device[0] ?? 0;
+
+/**
+ * A replay socket that answers every request with `replies(start)`, then the end marker if
+ * `end` (vLLM's replay shape: `[identity, "", seq, payload]`).
+ */
+async function replaySocket(replies: (start: bigint) => AsyncIterable<[bigint, Buffer]>, end = true) {
+  const router = new Router({ linger: 0, sendHighWaterMark: 0 });
+  const ep = `tcp://127.0.0.1:${await freePort()}`;
+  await router.bind(ep);
+  cleanup.push(() => router.close());
+  let requests = 0;
+  void (async () => {
+    try {
+      for await (const [id, , start] of router) {
+        requests++;
+        for await (const [seq, payload] of replies((start as Buffer).readBigUInt64BE())) {
+          const b = Buffer.alloc(8);
+          b.writeBigUInt64BE(seq);
+          await router.send([id as Buffer, Buffer.alloc(0), b, payload]);
+        }
+        if (end) await router.send([id as Buffer, Buffer.alloc(0), Buffer.alloc(8, 0xff), Buffer.alloc(0)]);
+      }
+    } catch {
+      // closed
+    }
+  })();
+  return { endpoint: ep, requests: () => requests };
+}
+
+describe("a replay socket that is not the live stream's log", () => {
+  for (const mode of ['native', 'js'] as const) {
+    it(`${mode}: a replayed seq far ahead of the live stream does not make every later live batch a duplicate`, async () => {
+      const { pub, endpoint, send } = await publisher();
+      cleanup.push(() => pub.close());
+      const bogus = encodeBatch({ seq: 2n ** 62n, ts: 0, events: [storedBlock(999, null)] }, 'vllm');
+      const replay = await replaySocket(async function* () {
+        yield [2n ** 62n, bogus];
+      });
+      const { index } = router(mode);
+      const sub = index.subscribe(W, { kind: 'zmq', endpoint, replayEndpoint: replay.endpoint });
+      await sleep(300);
+      const hashes = chain(1, 40);
+      let seq = 0;
+      for (const [i, h] of hashes.entries()) {
+        await send(seq++, [storedBlock(h, i === 0 ? null : (hashes[i - 1] as number))]);
+        await sleep(10);
+      }
+      // Before, the replay's seq stood as the last applied, and every live batch was a duplicate.
+      await until(() => sub.stats().lastSeq === BigInt(seq - 1), `${mode}: the last live batch`, 10_000);
+      expect(sub.stats().duplicates).toBeLessThan(40);
+      // And what follows is indexed (a chain of its own, whatever became of the first batches).
+      await send(seq++, [storedBlock(500, null)]);
+      await send(seq++, [storedBlock(501, 500)]);
+      await until(() => held(index, [500, 501]) === 2, `${mode}: a new chain indexed`, 10_000);
+      expect(index.findMatches(tokensOf([999])).device[0] ?? 0).toBe(0);
+    }, 30_000);
+  }
+
+  it('a replay that never ends is refused once it runs further ahead of the live stream than any in flight', async () => {
+    const { pub, endpoint, send } = await publisher();
+    cleanup.push(() => pub.close());
+    const filler = encodeBatch({ seq: 0n, ts: 0, events: [{ type: 'removed', blockHashes: [12345n] }] }, 'vllm');
+    const replay = await replaySocket(async function* (start) {
+      for (let s = start; ; s++) yield [s, filler];
+    }, false);
+    const warnings: string[] = [];
+    const index = new RouterIndex({ blockSize: 16, onWarning: (m, d) => warnings.push(`${m}: ${d.error ?? ''}`) });
+    cleanup.push(() => index.close());
+    const sub = index.subscribe(W, { kind: 'zmq', endpoint, replayEndpoint: replay.endpoint });
+    await sleep(300);
+    // A live batch at 10: the replay from 0 is asked for, and never ends.
+    await send(10, [storedBlock(1, null)]);
+    await until(
+      () => warnings.some((w) => /further ahead of the live stream/.test(w)),
+      'the endless replay refused',
+      15_000,
+    );
+    await send(11, [storedBlock(2, 1)]);
+    await until(() => sub.stats().state === 'live' && sub.stats().lastSeq === 11n, 'live again', 10_000);
+    expect(replay.requests()).toBeLessThanOrEqual(2);
+  }, 30_000);
+});
 
 describe('native ZMQ link', () => {
   it('applies an in-order stream on its own thread, to the same index zeromq.js builds', async () => {

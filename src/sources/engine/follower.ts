@@ -29,6 +29,14 @@ export type FollowStep =
 
 export type LossReason = 'gap' | 'restart' | 'held_overflow' | 'undecodable';
 
+/**
+ * How far a replayed batch or a loaded state may be ahead of the newest live batch: batches in
+ * flight between the publisher and this reader (its send queue and this socket's receive queue)
+ * are far fewer. Further ahead, it is not this publisher's log, and taking it would make every
+ * live batch after it look like a duplicate.
+ */
+export const AHEAD_OF_LIVE_MAX = 65_536n;
+
 export interface FollowerCounters {
   applied: number;
   /** Gaps filled from the engine's replay. */
@@ -166,14 +174,32 @@ export class RankFollower {
     this.#reconnected = true;
   }
 
+  /**
+   * Whether `seq` (a replayed batch's, or the seq a loaded state reflects) is further ahead of
+   * the newest live batch than `AHEAD_OF_LIVE_MAX`: then it is refused (the fetch or load fails).
+   */
+  aheadOfLive(seq: bigint): boolean {
+    return this.#lastLive !== null && seq > this.#lastLive + AHEAD_OF_LIVE_MAX;
+  }
+
+  /** Whether fetch `fetch` is the one in progress (its replies are wanted). */
+  fetchWanted(fetch: number): boolean {
+    return this.#fetching && !this.#resyncing && fetch === this.#fetch;
+  }
+
   /** A live batch. */
   live(batch: EngineBatch): FollowStep[] {
     const lastLive = this.#lastLive;
     this.#lastLive = batch.seq;
     const reconnected = this.#reconnected;
     this.#reconnected = false;
+    // A live batch far below the seq expected is no overlap with a replay (those are bounded by
+    // what is in flight): what was applied ahead of it (a replay before any live batch) was not
+    // this engine's stream, and the rank starts over as after a restart.
+    const farBelow = this.#next !== null && this.#next - batch.seq > AHEAD_OF_LIVE_MAX;
     const fellBack =
-      lastLive !== null ? batch.seq <= lastLive : reconnected && this.#next !== null && batch.seq < this.#next;
+      farBelow ||
+      (lastLive !== null ? batch.seq <= lastLive : reconnected && this.#next !== null && batch.seq < this.#next);
     if (fellBack) {
       // The live socket's seqs fell back: a new engine incarnation. A fetch in progress is for
       // the old one; its replies are dropped.
@@ -289,9 +315,13 @@ export class RankFollower {
     return [this.#clear('undecodable')];
   }
 
-  /** The state `fetch` asked for was loaded, as of seq `lastSeq`: what was held follows it. */
+  /**
+   * The state `fetch` asked for was loaded, as of seq `lastSeq`: what was held follows it. A
+   * `lastSeq` past `aheadOfLive` is not this publisher's, and counts as a failed load.
+   */
   resynced(fetch: number, lastSeq: bigint): FollowStep[] {
     if (!this.#resyncing || fetch !== this.#fetch) return [];
+    if (this.aheadOfLive(lastSeq)) return this.resyncFailed(fetch);
     this.#resyncing = false;
     this.#fetching = false;
     this.#overflowed = false;

@@ -142,6 +142,11 @@ function nativeFeed(
   );
 }
 
+/** How long an engine replay may take, end marker included, before it counts as failed. */
+const REPLAY_DEADLINE_MS = 60_000;
+/** Replies of one replay that are not batches (nor its end marker) before it counts as failed. */
+const REPLAY_MALFORMED_MAX = 1000;
+
 /** The live socket as zeromq.js's Subscriber. */
 class ZmqjsFeed implements LiveFeed {
   readonly #sub: Subscriber;
@@ -448,31 +453,53 @@ class RankLink {
       }
     }
     if (this.#feed.closed) return;
+    if (last !== null && this.follower.aheadOfLive(last)) {
+      this.#source.warn('loaded state refused: its seq is further ahead of the live stream than any in flight', {
+        rank: this.ranks.join(','),
+        last_seq: last.toString(),
+      });
+    }
     this.#run(last === null ? this.follower.resyncFailed(fetch) : this.follower.resynced(fetch, last));
     this.#relayWaiting();
     this.#reopen();
   }
 
-  /** Asks the engine's replay socket for `from..`, feeding the follower until the end marker. */
+  /**
+   * Asks the engine's replay socket for `from..`, feeding the follower until the end marker. A
+   * replay that does not end within `REPLAY_DEADLINE_MS`, sends `REPLAY_MALFORMED_MAX` replies
+   * that are not batches, or a batch further ahead of the live stream than any in flight, fails
+   * (what the follower does with a replay that timed out).
+   */
   async #fetch(dealer: Dealer, from: bigint, fetch: number): Promise<void> {
     let ok = false;
+    const deadline = performance.now() + REPLAY_DEADLINE_MS;
+    let malformed = 0;
+    const refuse = (why: string) => {
+      throw new Error(why);
+    };
     try {
       dealer.connect(this.replayEndpoint as string);
       await dealer.send([Buffer.alloc(0), seqFrame(from)]);
       for (;;) {
         const frames = await dealer.receive();
+        // The follower moved on (a restart, another fetch): this replay is not wanted any more.
+        if (!this.follower.fetchWanted(fetch)) break;
+        if (performance.now() > deadline) refuse(`not ended within ${REPLAY_DEADLINE_MS / 1000} s`);
         // [empty, topic?, seq, payload]: the topic frame is there or not depending on the engine.
         const seq = frames[frames.length - 2];
         const payload = frames[frames.length - 1] as Buffer;
         if (frames.length < 3 || seq?.length !== 8) {
           this.malformed++;
+          if (++malformed >= REPLAY_MALFORMED_MAX) refuse(`${malformed} replies that are not batches`);
           continue;
         }
         if (seq.equals(END_OF_REPLAY)) {
           ok = true;
           break;
         }
-        this.#run(this.follower.replayed(fetch, { seq: seq.readBigUInt64BE(), payload }));
+        const n = seq.readBigUInt64BE();
+        if (this.follower.aheadOfLive(n)) refuse(`seq ${n} is further ahead of the live stream than any in flight`);
+        this.#run(this.follower.replayed(fetch, { seq: n, payload }));
         if (!dealer.readable) this.#relayWaiting();
       }
     } catch (err) {
