@@ -260,6 +260,7 @@ describe('native ZMQ link', () => {
     await until(() => held(index, chain(50, 4)) === 4, 'after the bad input');
     const s = sub.stats();
     expect(s.undecodable).toBe(1);
+    expect(s.malformed).toBe(2);
     expect(warnings).toContain('malformed engine message skipped');
     expect(warnings).toContain('undecodable engine batch skipped; rank cleared');
     // The bad payload cleared the worker: what came before it is gone, as with zeromq.js.

@@ -138,8 +138,14 @@ export function indexerMetrics(
   perWorker('kvplane_indexer_worker_undecodable_total', 'batches that did not decode', (s) => s.undecodable, 'counter');
   perWorker(
     'kvplane_indexer_worker_dropped_total',
-    "live batches dropped by the subscription's own receive bound (then recovered as a gap)",
+    "live batches dropped by the subscription's own receive bound, or held past 10,000 during a recovery",
     (s) => s.dropped,
+    'counter',
+  );
+  perWorker(
+    'kvplane_indexer_worker_malformed_total',
+    'ZMQ messages that were not batches (frame count, seq size), live or replayed: skipped',
+    (s) => s.malformed,
     'counter',
   );
   new Counter({

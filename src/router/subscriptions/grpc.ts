@@ -122,6 +122,7 @@ export class GrpcSubscription implements Subscription {
       duplicates: 0,
       undecodable: 0,
       dropped: 0,
+      malformed: 0,
       linkBatches: 0,
       lastError: null,
     };

@@ -69,8 +69,13 @@ export interface SubscriptionStats {
   duplicates: number;
   /** Batches that did not decode (then the worker's state is rebuilt). */
   undecodable: number;
-  /** Live batches dropped by the subscription's own receive bound (a native ZMQ link's; then a gap). */
+  /**
+   * Live batches dropped: by the subscription's own receive bound (a native ZMQ link's), or held
+   * past 10,000 while a replay or load was under way (then a gap, or the worker cleared).
+   */
   dropped: number;
+  /** Messages that were not batches (a ZMQ frame count or seq size), live or replayed: skipped. */
+  malformed: number;
   lastError: string | null;
 }
 

@@ -223,7 +223,8 @@ export class ZmqSubscription implements Subscription {
       reconnects: Math.max(0, (n?.connects ?? 1) - 1),
       duplicates: (r?.duplicates ?? 0) + (n?.duplicates ?? 0),
       undecodable: r?.undecodable ?? 0,
-      dropped: n?.dropped ?? 0,
+      dropped: (n?.dropped ?? 0) + (r?.heldDropped ?? 0),
+      malformed: r?.malformed ?? 0,
       linkBatches: n?.batches ?? 0,
       lastError: this.#lastError ?? n?.lastError ?? null,
     };
