@@ -16,12 +16,12 @@ afterEach(async () => {
 const BS = 16;
 const tokensOf = (hashes: number[]) => hashes.flatMap((h) => Array(BS).fill(h));
 
-async function smgServer(): Promise<{
+async function smgServer(args: string[] = []): Promise<{
   address: string;
   pid: number;
   run(cmd: Record<string, unknown>): Promise<void>;
 }> {
-  const proc: ChildProcess = spawn('python3', [repoPath('scripts/smg_kv_server.py')], {
+  const proc: ChildProcess = spawn('python3', [repoPath('scripts/smg_kv_server.py'), ...args], {
     stdio: ['pipe', 'pipe', 'inherit'],
   });
   const exited = new Promise((r) => proc.once('exit', r));
@@ -109,6 +109,35 @@ describe('kvplane indexer following an SMG-proto server of smg-grpc-proto', () =
     await smg.run({ op: 'end_at_once', on: false });
     await smg.run({ op: 'store', rank: 0, hashes: [7], parent: null });
     await until(() => ix.subscription(6n)?.stats().lastSeq === 1n, 'served again', 15_000);
+  }, 30_000);
+
+  it('starts over from 0 at once when a resumed stream gets OUT_OF_RANGE, whatever the backoff had grown to', async () => {
+    const smg = await smgServer(['--keep', '2']);
+    await smg.run({ op: 'store', rank: 0, hashes: [1], parent: null });
+    const ix = new RouterIndex({ blockSize: BS });
+    cleanup.push(() => ix.close());
+    ix.subscribe(10n, { kind: 'grpc', address: smg.address });
+    const sub = () => ix.subscription(10n)?.stats();
+    await until(() => sub()?.lastSeq === 1n, 'the log applied');
+    // Streams ended at once for 2.5 s: the backoff grows past a second.
+    await smg.run({ op: 'end_at_once', on: true });
+    await smg.run({ op: 'drop' });
+    await sleep(2500);
+    // Meanwhile the log moved on past the cursor (it keeps 2 batches: 3 and 4).
+    for (const h of [2, 3, 4]) await smg.run({ op: 'store', rank: 0, hashes: [h], parent: h - 1 });
+    await smg.run({ op: 'end_at_once', on: false });
+    let refusedAt = 0;
+    await until(
+      () => {
+        if (refusedAt === 0 && /^OUT_OF_RANGE/.test(sub()?.lastError ?? '')) refusedAt = performance.now();
+        return sub()?.lastSeq === 4n;
+      },
+      'the log from 0',
+      15_000,
+    );
+    expect(refusedAt).toBeGreaterThan(0);
+    expect(performance.now() - refusedAt).toBeLessThan(1000);
+    expect(sub()?.recoveries.snapshot).toBe(2);
   }, 30_000);
 
   it('notices a server that stops answering (keepalive pings), and follows it again once it answers', async () => {

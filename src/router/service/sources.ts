@@ -3,9 +3,16 @@ import type { WorkerSource } from '../router_index.js';
 import { HttpError } from './json.js';
 import { checkEndpoint, type Registration } from './registry.js';
 
+/** HTTP/2 keepalive pings to a kvplane node's gRPC server (`GrpcSubscriptionOptions.keepaliveMs`). */
+const KVPLANE_NODE_KEEPALIVE_MS = 30_000;
+
 /** What a registration subscribes to; `token`: the bearer token kvplane nodes ask for. */
 export function sourceOf(r: Registration, token?: string): WorkerSource {
-  if (r.endpoint.startsWith('grpc://')) return { kind: 'grpc', address: r.endpoint.slice('grpc://'.length), token };
+  if (r.endpoint.startsWith('grpc://')) {
+    const address = r.endpoint.slice('grpc://'.length);
+    // A kvplane node (found by URL) takes pings at any rate: a hung one is noticed in 40 s.
+    return { kind: 'grpc', address, token, ...(r.url !== null ? { keepaliveMs: KVPLANE_NODE_KEEPALIVE_MS } : {}) };
+  }
   return {
     kind: 'zmq',
     endpoint: r.endpoint,

@@ -30,10 +30,10 @@ export interface GrpcSubscriptionOptions {
   /**
    * HTTP/2 pings this often, and a connection whose ping is not answered within 10 s (or this, if
    * shorter) is dropped and followed again: a node that hangs or is cut off is noticed, where a
-   * quiet stream alone says nothing. Default 30,000 ms. A grpcio server (Python) with its default
-   * settings answers pings more often than every 5 min on a stream it sends nothing on with
-   * GOAWAY `too_many_pings`; grpc-js then doubles the interval for that server, and the stream
-   * resumes from its last seq.
+   * quiet stream alone says nothing. Default 300,000 ms, what a grpcio server (Python) allows
+   * with its default settings on a stream it sends nothing on (more often, it ends the connection
+   * with GOAWAY `too_many_pings`). A kvplane node's server takes any rate: `kvplane indexer`
+   * pings the nodes it found by URL every 30 s.
    */
   keepaliveMs?: number;
   /** The largest message taken from the node. Default 256 MiB (as the native ZMQ link's frames). */
@@ -42,7 +42,7 @@ export interface GrpcSubscriptionOptions {
 
 const raw = (b: Buffer) => b;
 const EPOCH_KEY = 'x-kvplane-epoch';
-const DEFAULT_KEEPALIVE_MS = 30_000;
+const DEFAULT_KEEPALIVE_MS = 300_000;
 /**
  * A stream that lived this long before it ended counts as a success: the next one opens at once
  * when it can resume (and the backoff starts over). One that ends sooner waits the backoff, so a
@@ -87,8 +87,9 @@ export class GrpcSubscription implements Subscription {
   #clearPending = false;
   /** The last batch applied was a snapshot chunk with more of its snapshot to come. */
   #inSnapshot = false;
-  /** When the current stream was opened (`STABLE_STREAM_MS`). */
+  /** When the current stream was opened (`STABLE_STREAM_MS`), and from which seq. */
   #openedAt = 0;
+  #openedFrom = 0n;
   readonly #stats: SubscriptionStats;
 
   constructor(target: RouterTarget, o: GrpcSubscriptionOptions) {
@@ -158,6 +159,7 @@ export class GrpcSubscription implements Subscription {
       this.#clearPending = true;
       this.#inSnapshot = false;
     }
+    this.#openedFrom = from;
     s.state = from === 0n ? 'recovering' : 'connecting';
     const md = new (grpcJs().Metadata)();
     if (this.#o.token) md.set('authorization', `Bearer ${this.#o.token}`);
@@ -180,7 +182,7 @@ export class GrpcSubscription implements Subscription {
         if (from !== 0n) {
           // The node restarted: this cursor means nothing to it. Start over from its snapshot.
           s.epoch = epoch;
-          this.#restartFromSnapshot(call, 'node restarted (epoch changed)');
+          this.#restartFromSnapshot(call, 'node restarted (epoch changed)', 'now');
           return;
         }
       }
@@ -191,7 +193,7 @@ export class GrpcSubscription implements Subscription {
     call.on('data', (buf: Buffer) => this.#batch(call, buf));
     call.on('error', (err: ServiceError) => this.#failed(call, err));
     call.on('end', () => {
-      if (this.#call === call) this.#retry('stream ended', true);
+      if (this.#call === call) this.#retry('stream ended', 'resume');
     });
   }
 
@@ -242,7 +244,7 @@ export class GrpcSubscription implements Subscription {
       this.#warn('seq gap on the stream; resubscribing from the missing seq', { expected: s.lastSeq, got: r.seq });
       this.#call = null;
       call.cancel();
-      this.#retry('gap', true);
+      this.#retry('gap', 'resume');
       return;
     }
     this.#fresh = false;
@@ -256,12 +258,13 @@ export class GrpcSubscription implements Subscription {
     appliedSoTrimLater();
   }
 
-  #restartFromSnapshot(call: ClientReadableStream<Buffer>, why: string): void {
+  /** Starts over from 0 (`now`: a resumed stream's node restarted; the stream from 0 cannot again). */
+  #restartFromSnapshot(call: ClientReadableStream<Buffer>, why: string, when: 'now' | 'resume' = 'resume'): void {
     this.#warn('rebuilding the worker from a snapshot', { reason: why });
     this.#fresh = true;
     this.#call = null;
     call.cancel();
-    this.#retry(why, true);
+    this.#retry(why, when);
   }
 
   #failed(call: ClientReadableStream<Buffer>, err: ServiceError): void {
@@ -269,27 +272,30 @@ export class GrpcSubscription implements Subscription {
     const s = this.#stats;
     s.lastError = `${statusName(err.code)}: ${err.details}`;
     if (err.code === status.OUT_OF_RANGE) {
-      // Expired cursor: the node's log no longer reaches back to it.
+      // Expired cursor: the node's log no longer reaches back to it (a restarted node's never
+      // does). From 0 at once: a node that refuses 0 too backs off.
       this.#fresh = true;
-      this.#retry(s.lastError, true);
+      this.#retry(s.lastError, this.#openedFrom !== 0n ? 'now' : 'resume');
     } else if (err.code === status.RESOURCE_EXHAUSTED) {
       // Cut off for lagging (or the node full): resume where it stopped.
-      this.#retry(s.lastError, true);
+      this.#retry(s.lastError, 'resume');
     } else {
-      this.#retry(s.lastError, false);
+      this.#retry(s.lastError, 'backoff');
     }
   }
 
   /**
-   * Opens the stream again: at once if `resumable` and the stream that ended had lived
-   * `STABLE_STREAM_MS`, else after the backoff (100 ms doubling to 5 s).
+   * Opens the stream again. `now`: at once (a resumed stream the node answered it must start
+   * over; the stream from 0 cannot be answered so again). `resume`: at once if the stream that
+   * ended had lived `STABLE_STREAM_MS`, else after the backoff. `backoff`: after the backoff
+   * (100 ms doubling to 5 s; started over after a stable stream).
    */
-  #retry(why: string, resumable: boolean): void {
+  #retry(why: string, when: 'now' | 'resume' | 'backoff'): void {
     this.#call = null;
     if (this.#closed) return;
     const stable = Date.now() - this.#openedAt >= STABLE_STREAM_MS;
     if (stable) this.#backoff.reset();
-    const delayMs = resumable && stable ? 0 : this.#backoff.delay();
+    const delayMs = when === 'now' || (when === 'resume' && stable) ? 0 : this.#backoff.delay();
     this.#stats.lastError = why;
     this.#stats.reconnects++;
     this.#stats.state = 'backoff';

@@ -157,9 +157,11 @@ class ZmqjsFeed implements LiveFeed {
   constructor(endpoint: string, o: EngineZmqOptions) {
     this.#endpoint = endpoint;
     this.#topic = o.topic ?? '';
+    // No frame bound here: libzmq ends the session on a frame over its bound and never connects
+    // again, which would stop the rank for good. The native link (the default) bounds frames and
+    // reconnects; a DEALER of one replay is bounded, as it is made again for the next.
     this.#sub = new (zeromq().Subscriber)({
       linger: 0,
-      maxMessageSize: MAX_FRAME_BYTES,
       receiveHighWaterMark: o.receiveHwm ?? 10_000,
       ...(o.reconnectMaxMs ? { reconnectMaxInterval: o.reconnectMaxMs } : {}),
     });
