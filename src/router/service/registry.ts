@@ -53,7 +53,11 @@ export function checkEndpoint(endpoint: string, what = 'ZMQ endpoint'): void {
  * standalone indexer keeps them.
  */
 export class Registry {
-  readonly #indexes = new Map<string, RouterIndex>();
+  /**
+   * By name, `model:routing_group` (as `/dump` and the metrics name an index), with the pair it
+   * is for: two pairs of one name (`a:b` + `c`, `a` + `b:c`) are not both kept.
+   */
+  readonly #indexes = new Map<string, { modelName: string; routingGroup: string; ix: RouterIndex }>();
   readonly #instances = new Map<bigint, Instance>();
   readonly #onWarning: ((msg: string, detail: Record<string, unknown>) => void) | undefined;
   /** Called after every change (the state file is written from it). */
@@ -71,25 +75,20 @@ export class Registry {
     this.#zmqReceive = zmqReceive;
   }
 
-  /** The map key of a (model, routing group): one pair each, whatever `:` the names hold. */
-  static key(model: string, group: string): string {
-    return JSON.stringify([model, group]);
+  static #name(model: string, group: string): string {
+    return `${model}:${group}`;
   }
 
   index(model: string, group: string): RouterIndex {
-    const ix = this.#indexes.get(Registry.key(model, group));
-    if (!ix) throw new HttpError(404, `no indexer for model=${model} routing_group=${group}`);
-    return ix;
+    const e = this.#indexes.get(Registry.#name(model, group));
+    if (!e || e.modelName !== model || e.routingGroup !== group)
+      throw new HttpError(404, `no indexer for model=${model} routing_group=${group}`);
+    return e.ix;
   }
 
-  /** Each index, named `model:routing_group` (as `/dump` and the metrics name it; names are unique). */
+  /** Each index, with its name (`model:routing_group`, unique). */
   indexes(): Array<[name: string, ix: RouterIndex]> {
-    return [...this.#indexes].map(([key, ix]) => [Registry.#name(key), ix]);
-  }
-
-  static #name(key: string): string {
-    const [model, group] = JSON.parse(key) as [string, string];
-    return `${model}:${group}`;
+    return [...this.#indexes].map(([name, e]) => [name, e.ix]);
   }
 
   /** Every registration, in order. */
@@ -114,8 +113,15 @@ export class Registry {
     }
     if (inst?.ranks.has(r.dpRank))
       throw new HttpError(409, `instance ${r.instanceId} dp_rank ${r.dpRank} already registered`);
-    const key = Registry.key(r.modelName, r.routingGroup);
-    let ix = this.#indexes.get(key);
+    const name = Registry.#name(r.modelName, r.routingGroup);
+    const e = this.#indexes.get(name);
+    if (e && (e.modelName !== r.modelName || e.routingGroup !== r.routingGroup)) {
+      throw new HttpError(
+        409,
+        `model=${r.modelName} routing_group=${r.routingGroup} would be named ${JSON.stringify(name)} in /dump and metrics, as model=${e.modelName} routing_group=${e.routingGroup} already is`,
+      );
+    }
+    let ix = e?.ix;
     if (ix && ix.blockSize !== r.blockSize) {
       throw new HttpError(
         409,
@@ -124,30 +130,19 @@ export class Registry {
     }
     if (!ix) {
       if (r.blockSize < 1) throw new HttpError(400, 'block_size must be at least 1');
-      // `/dump` and the metrics name an index `model:routing_group`: two pairs with one name
-      // (`a:b` + `c`, `a` + `b:c`) would be one JSON key and duplicate metric series.
-      const name = Registry.#name(key);
-      const other = [...this.#indexes.keys()].find((k) => Registry.#name(k) === name);
-      if (other !== undefined) {
-        const [model, group] = JSON.parse(other) as [string, string];
-        throw new HttpError(
-          409,
-          `model=${r.modelName} routing_group=${r.routingGroup} would be named ${JSON.stringify(name)} in /dump and metrics, as model=${model} routing_group=${group} already is`,
-        );
-      }
       // A block size the index does not take (over 1,048,576) is the request's error.
       ix = badInputAs(
         400,
         () => new RouterIndex({ blockSize: r.blockSize, onWarning: this.#onWarning, zmqReceive: this.#zmqReceive }),
       );
       this.onIndex?.(ix, r.modelName, r.routingGroup);
-      this.#indexes.set(key, ix);
+      this.#indexes.set(name, { modelName: r.modelName, routingGroup: r.routingGroup, ix });
     }
     try {
       ix.subscribe(r.instanceId, { ...source, dpRank: r.dpRank });
     } catch (err) {
       if (ix.stats().subscriptions.length === 0) {
-        this.#indexes.delete(key);
+        this.#indexes.delete(name);
         void ix.close();
       }
       throw new HttpError(400, (err as Error).message);
@@ -168,8 +163,8 @@ export class Registry {
         `instance ${id} is registered for model=${inst.modelName} routing_group=${inst.routingGroup}`,
       );
     }
-    const key = Registry.key(inst.modelName, inst.routingGroup);
-    const ix = this.#indexes.get(key) as RouterIndex;
+    const name = Registry.#name(inst.modelName, inst.routingGroup);
+    const ix = this.#indexes.get(name)?.ix as RouterIndex;
     const one = routingGroup !== null && dpRank !== null;
     if (one && !inst.ranks.has(dpRank)) throw new HttpError(404, `instance ${id} dp_rank ${dpRank} not found`);
     if (one && inst.ranks.size > 1) {
@@ -179,8 +174,8 @@ export class Registry {
       this.#instances.delete(id);
       await ix.unsubscribe(id);
     }
-    if (![...this.#instances.values()].some((i) => Registry.key(i.modelName, i.routingGroup) === key)) {
-      this.#indexes.delete(key);
+    if (![...this.#instances.values()].some((i) => Registry.#name(i.modelName, i.routingGroup) === name)) {
+      this.#indexes.delete(name);
       await ix.close();
     }
     this.onChange?.();
@@ -189,6 +184,6 @@ export class Registry {
   async close(): Promise<void> {
     const all = [...this.#indexes.values()];
     this.#indexes.clear();
-    await Promise.all(all.map((ix) => ix.close()));
+    await Promise.all(all.map((e) => e.ix.close()));
   }
 }

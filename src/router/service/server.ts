@@ -385,10 +385,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       // The process's memory in MiB: resident, V8's heap in use, and outside it (Buffers).
       memory_mib: { rss: mib(m.rss), heap: mib(m.heapUsed), external: mib(m.external) },
       index_mib: mib(
-        this.registry
-          .indexes()
-          .map(([, ix]) => ix)
-          .reduce((a, ix) => a + ix.stats().tiers.reduce((b, t) => b + t.bytes, 0), 0),
+        this.registry.indexes().reduce((a, [, ix]) => a + ix.stats().tiers.reduce((b, t) => b + t.bytes, 0), 0),
       ),
     };
   }
