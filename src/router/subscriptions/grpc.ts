@@ -1,9 +1,8 @@
 import type { Client, ClientReadableStream, Metadata, ServiceError } from '@grpc/grpc-js';
-import { invalidArg } from '../../errors.js';
 import { grpcJs } from '../../optional.js';
 import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
 import { status, statusName } from '../../transports/grpc/status.js';
-import { MAX_FRAME_BYTES } from '../../transports/zmq/config.js';
+import { checkCount, MAX_FRAME_BYTES } from '../../transports/zmq/config.js';
 import {
   appliedSoTrimLater,
   Backoff,
@@ -52,10 +51,8 @@ const STABLE_STREAM_MS = 5000;
 /** How long a resumed call must stand on a connected channel to count as live without headers. */
 const RESUME_SETTLE_MS = 500;
 
-function positiveInt(name: string, v: number): number {
-  if (!Number.isInteger(v) || v < 1) invalidArg(`${name} is ${v}: an integer >= 1`);
-  return v;
-}
+/** grpc-js takes its channel options as 32-bit integers. */
+const INT32_MAX = 2 ** 31 - 1;
 
 /** A kvplane node's epoch (a u64 in decimal), or `undefined` for anything else. */
 function parseEpoch(v: string): bigint | undefined {
@@ -98,9 +95,9 @@ export class GrpcSubscription implements Subscription {
     this.workerId = o.workerId;
     this.dpRank = o.dpRank ?? 0;
     const grpc = grpcJs();
-    const keepaliveMs = positiveInt('keepaliveMs', o.keepaliveMs ?? DEFAULT_KEEPALIVE_MS);
+    const keepaliveMs = checkCount('keepaliveMs', o.keepaliveMs ?? DEFAULT_KEEPALIVE_MS, INT32_MAX);
     this.#client = new grpc.Client(o.address, grpc.credentials.createInsecure(), {
-      'grpc.max_receive_message_length': positiveInt('maxMessageBytes', o.maxMessageBytes ?? MAX_FRAME_BYTES),
+      'grpc.max_receive_message_length': checkCount('maxMessageBytes', o.maxMessageBytes ?? MAX_FRAME_BYTES, INT32_MAX),
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 5000,
       'grpc.keepalive_time_ms': keepaliveMs,
