@@ -39,15 +39,15 @@ export const LIVE_SEND_BUDGET_BYTES = 64 * 1024 * 1024;
 export const REPLAY_SEND_BUDGET_BYTES = 8 * 1024 * 1024;
 
 /**
- * A send HWM, in messages, holding about `bytes` of full batches. ZMQ counts a socket's queue in
- * messages, not bytes: the budget holds for batches up to `FULL_BATCH_BYTES`.
- */
-/**
- * The largest message frame read from a peer, on every socket that reads one (the native link's
- * bound too): a larger one ends the connection instead of being buffered whole.
+ * The largest message frame read from a peer (the native link's bound; the replay DEALER's and a
+ * gRPC subscription's too): a larger one ends the connection instead of being buffered whole.
  */
 export const MAX_FRAME_BYTES = 256 * 1024 * 1024;
 
+/**
+ * A send HWM, in messages, holding about `bytes` of full batches. ZMQ counts a socket's queue in
+ * messages, not bytes: the budget holds for batches up to `FULL_BATCH_BYTES`.
+ */
 export function hwmForBytes(bytes: number): number {
   return Math.max(8, Math.ceil(bytes / FULL_BATCH_BYTES));
 }
