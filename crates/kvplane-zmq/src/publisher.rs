@@ -59,7 +59,8 @@ pub struct PubStats {
   pub dropped: u64,
   /// Messages queued and not yet written, over all peers.
   pub queued: u64,
-  /// Peers whose connection was ended for subscribing past `max_subscriptions`.
+  /// Peers whose connection was ended for subscribing past `max_subscriptions` or
+  /// `max_subscription_bytes`.
   pub refused_peers: u64,
   /// Connections the listener failed to accept (out of file descriptors, memory); it goes on.
   pub accept_errors: u64,
@@ -264,13 +265,12 @@ impl Drop for Publisher {
 /// How long the listener waits after failing to accept a connection before it tries again.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
-/// Accepts peers until the publisher closes. A failed accept (the process out of file
-/// descriptors, the system out of memory) is counted and retried after `ACCEPT_RETRY`: ending
-/// here would leave the endpoint unbound for good while every other part of the node serves on.
+/// Accepts peers until the publisher closes. A failed accept is counted and retried (ending here
+/// would leave the endpoint unbound for good while every other part of the node serves on): at
+/// once when only that connection failed (reset or aborted before it was taken), after
+/// `ACCEPT_RETRY` when the process is out of something (file descriptors, memory) that a retry
+/// at once would only fail on again.
 async fn accept(listener: Listener, shared: Arc<Shared>) {
-  // Counted, then retried: at once when only that connection failed (it was reset or aborted
-  // before it was taken), after `ACCEPT_RETRY` when the process is out of something (file
-  // descriptors, memory) that a retry at once would only fail on again.
   let failed = |shared: &Shared, e: io::Error| {
     shared.accept_errors.fetch_add(1, Relaxed);
     let theirs = matches!(
