@@ -115,6 +115,51 @@ describe('peers decode what kvplane encodes', () => {
   }, 60_000);
 });
 
+describe('unknown protobuf groups, against the official protobuf runtime', () => {
+  it('a group skipped whole is read as the runtime reads it; one ended by another field or never ended is refused by both', () => {
+    const batch: KvEventBatch = {
+      seq: 5n,
+      ts: 1.5,
+      events: [{ type: 'removed', blockHashes: [7n, 8n] }],
+    } as unknown as KvEventBatch;
+    const bytes = encodeBatch(batch, 'smg_proto');
+    const key = (field: number, wire: number) => {
+      const out: number[] = [];
+      for (let v = field * 8 + wire; ; v >>>= 7) {
+        if (v < 0x80) return [...out, v];
+        out.push((v & 0x7f) | 0x80);
+      }
+    };
+    // Field 99 (unknown to KvEventBatch) as a group holding a varint and a nested group.
+    const inner = [...key(1, 0), 42, ...key(2, 3), ...key(3, 5), 1, 2, 3, 4, ...key(2, 4)];
+    const variants = {
+      whole: [...key(99, 3), ...inner, ...key(99, 4)],
+      crossed: [...key(99, 3), ...inner, ...key(98, 4)],
+      open: [...key(99, 3), ...inner],
+    };
+    const cases = Object.entries(variants).map(([name, group]) => ({
+      name,
+      bytes: Buffer.concat([Buffer.from(group), Buffer.from(bytes)]),
+    }));
+    const out = execFileSync('python3', [repoPath('scripts/codec_peer.py')], {
+      input: JSON.stringify({ cases: cases.map((c) => ({ format: 'smg_proto', hex: hex(c.bytes) })) }),
+    });
+    const peers = JSON.parse(out.toString()) as Record<string, unknown>[];
+    const ours = cases.map((c) => {
+      try {
+        return normBatch(decodeBatch(c.bytes, 'smg_proto'), true);
+      } catch (err) {
+        return { error: (err as KvPlaneError).code };
+      }
+    });
+    expect(peers.map((p) => 'error' in p)).toEqual([false, true, true]);
+    expect(ours.map((o) => 'error' in (o as object))).toEqual([false, true, true]);
+    const peer = { ...peers[0] };
+    delete peer.event_ids;
+    expect(sorted(peer)).toEqual(sorted(ours[0]));
+  });
+});
+
 describe('decoding and applying in one call', () => {
   const vllmCase = fixtures.cases.find((c) => c.name === 'vllm_map/1300-events') as CodecCase;
 
