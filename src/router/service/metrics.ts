@@ -115,9 +115,7 @@ export function indexerMetrics(
       this.set(registry.instances().size);
     },
   });
-  perWorker('kvplane_indexer_worker_last_seq', 'last seq applied from the worker (node numbering)', (s) =>
-    s.lastSeq === null ? null : s.lastSeq,
-  );
+  perWorker('kvplane_indexer_worker_last_seq', 'last seq applied from the worker (node numbering)', (s) => s.lastSeq);
   perWorker('kvplane_indexer_worker_lag_seconds', 'seconds since the last batch applied from the worker', (s) =>
     s.lastBatchAt === null ? null : (Date.now() - s.lastBatchAt) / 1000,
   );

@@ -253,7 +253,7 @@ export class RankFollower {
 
   /** A batch from the engine's replay, for fetch `fetch`. */
   replayed(fetch: number, batch: EngineBatch): FollowStep[] {
-    if (!this.#fetching || this.#resyncing || fetch !== this.#fetch) return [];
+    if (!this.fetchWanted(fetch)) return [];
     const next = this.#next ?? this.#opts.firstSeq;
     if (batch.seq < next) {
       this.#count('duplicates');
@@ -273,7 +273,7 @@ export class RankFollower {
 
   /** Fetch `fetch` ended: the end marker came, or it failed (`ok` false: no answer in time). */
   replayEnded(fetch: number, ok: boolean): FollowStep[] {
-    if (!this.#fetching || this.#resyncing || fetch !== this.#fetch) return [];
+    if (!this.fetchWanted(fetch)) return [];
     this.#fetching = false;
     const held = this.#held;
     this.#held = [];

@@ -476,9 +476,6 @@ class RankLink {
     let ok = false;
     const deadline = performance.now() + REPLAY_DEADLINE_MS;
     let malformed = 0;
-    const refuse = (why: string) => {
-      throw new Error(why);
-    };
     try {
       dealer.connect(this.replayEndpoint as string);
       await dealer.send([Buffer.alloc(0), seqFrame(from)]);
@@ -486,13 +483,13 @@ class RankLink {
         const frames = await dealer.receive();
         // The follower moved on (a restart, another fetch): this replay is not wanted any more.
         if (!this.follower.fetchWanted(fetch)) break;
-        if (performance.now() > deadline) refuse(`not ended within ${REPLAY_DEADLINE_MS / 1000} s`);
+        if (performance.now() > deadline) throw new Error(`not ended within ${REPLAY_DEADLINE_MS / 1000} s`);
         // [empty, topic?, seq, payload]: the topic frame is there or not depending on the engine.
         const seq = frames[frames.length - 2];
         const payload = frames[frames.length - 1] as Buffer;
         if (frames.length < 3 || seq?.length !== 8) {
           this.malformed++;
-          if (++malformed >= REPLAY_MALFORMED_MAX) refuse(`${malformed} replies that are not batches`);
+          if (++malformed >= REPLAY_MALFORMED_MAX) throw new Error(`${malformed} replies that are not batches`);
           continue;
         }
         if (seq.equals(END_OF_REPLAY)) {
@@ -500,7 +497,8 @@ class RankLink {
           break;
         }
         const n = seq.readBigUInt64BE();
-        if (this.follower.aheadOfLive(n)) refuse(`seq ${n} is further ahead of the live stream than any in flight`);
+        if (this.follower.aheadOfLive(n))
+          throw new Error(`seq ${n} is further ahead of the live stream than any in flight`);
         this.#run(this.follower.replayed(fetch, { seq: n, payload }));
         if (!dealer.readable) this.#relayWaiting();
       }

@@ -91,7 +91,7 @@ export function publisherMetrics(
   );
   counter(
     'kvplane_replay_refused_total',
-    'ZMQ replay requests refused (the end marker alone): too many were waiting',
+    'ZMQ replay requests refused (the end marker alone): too many were waiting, in all or of its peer',
     () => stats().replay.refused,
   );
   counter(

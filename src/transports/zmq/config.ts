@@ -39,8 +39,9 @@ export const LIVE_SEND_BUDGET_BYTES = 64 * 1024 * 1024;
 export const REPLAY_SEND_BUDGET_BYTES = 8 * 1024 * 1024;
 
 /**
- * The largest message frame read from a peer (the native link's bound; the replay DEALER's and a
- * gRPC subscription's too): a larger one ends the connection instead of being buffered whole.
+ * The largest message read from a node by the engine replay's DEALER and a gRPC subscription: a
+ * larger one ends the connection (or the call) instead of being buffered whole. The native link's
+ * bound is the same (`max_frame` in crates/kvplane-zmq/src/link.rs).
  */
 export const MAX_FRAME_BYTES = 256 * 1024 * 1024;
 

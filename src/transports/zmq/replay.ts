@@ -45,6 +45,13 @@ const CHUNK = 8;
 /** Logged batches kept for the replays in progress, shared by them (`ReplayCache`). */
 const REPLAY_CACHE_BYTES = 64 * 1024 * 1024;
 
+/** A request waiting for a session: its peer's identity (and as a map key), and its start. */
+interface Waiting {
+  id: Buffer;
+  peer: string;
+  start: bigint | null;
+}
+
 /** Counters of the replay socket. */
 export interface ReplayCounters {
   requests: number;
@@ -52,7 +59,7 @@ export interface ReplayCounters {
   malformed: number;
   /** Replays abandoned: the peer left or stayed full past the send timeout. */
   abandoned: number;
-  /** Requests refused (the end marker alone) because `MAX_REPLAY_WAITING` were already waiting. */
+  /** Requests refused (the end marker alone): `MAX_REPLAY_WAITING` in all, or `MAX_WAITING_PER_PEER` of its peer's, were already waiting. */
   refused: number;
   batchesSent: number;
   /** Batches copied out of the log for replays; the rest were sent from the replay cache. */
@@ -80,7 +87,7 @@ export class ReplayServer {
   #loop: Promise<void> = Promise.resolve();
   #sessions = new Set<Promise<void>>();
   /** Requests waiting for a session, in order; `start` null: a malformed one (the end marker alone). */
-  readonly #waiting: Array<{ id: Buffer; start: bigint | null }> = [];
+  readonly #waiting: Waiting[] = [];
   /** Peers (identities) with a session running: a peer is served one request at a time. */
   readonly #busy = new Set<string>();
   /** Per peer, its requests waiting. */
@@ -149,7 +156,7 @@ export class ReplayServer {
         // Every request gets an answer, so a REQ peer is never left waiting: a malformed one an
         // empty replay, in its turn and waited for as any reply.
         if (!wellFormed) this.counters.malformed++;
-        this.#waiting.push({ id, start: wellFormed ? start.readBigUInt64BE() : null });
+        this.#waiting.push({ id, peer, start: wellFormed ? start.readBigUInt64BE() : null });
         this.#waitingOf.set(peer, mine + 1);
         this.#startSessions();
       }
@@ -165,8 +172,7 @@ export class ReplayServer {
   #startSessions(): void {
     for (let i = 0; i < this.#waiting.length && this.#sessions.size < MAX_REPLAY_SESSIONS; ) {
       if (this.#router.closed) return;
-      const { id, start } = this.#waiting[i] as { id: Buffer; start: bigint | null };
-      const peer = id.toString('latin1');
+      const { id, peer, start } = this.#waiting[i] as Waiting;
       if (this.#busy.has(peer)) {
         i++;
         continue;
@@ -196,7 +202,7 @@ export class ReplayServer {
   #dropWaiting(peer: string): void {
     if (!this.#waitingOf.has(peer)) return;
     for (let i = this.#waiting.length - 1; i >= 0; i--) {
-      if ((this.#waiting[i] as { id: Buffer }).id.toString('latin1') !== peer) continue;
+      if ((this.#waiting[i] as Waiting).peer !== peer) continue;
       this.#waiting.splice(i, 1);
       this.counters.abandoned++;
     }
