@@ -1,4 +1,4 @@
-import { bodyUpTo } from '../../transports/http/body.js';
+import { nodeGet } from '../../transports/http/node_get.js';
 import type { WorkerSource } from '../router_index.js';
 import { HttpError } from './json.js';
 import { checkEndpoint, type Registration } from './registry.js';
@@ -59,13 +59,7 @@ export async function discoverNode(
   const u = nodeUrl(url);
   let health: unknown;
   try {
-    const res = await fetch(new URL('/healthz', u), {
-      signal: AbortSignal.timeout(timeoutMs),
-      redirect: 'error',
-      headers: token ? { authorization: `Bearer ${token}` } : {},
-    });
-    if (!res.ok) throw new Error(`HTTP ${res.status}`);
-    health = JSON.parse(Buffer.from(await bodyUpTo(res, HEALTH_BYTES)).toString('utf8'));
+    health = JSON.parse((await nodeGet(u, '/healthz', { token, limit: HEALTH_BYTES, timeoutMs })).toString('utf8'));
   } catch (err) {
     throw new HttpError(502, `cannot read ${url}/healthz: ${(err as Error).message}`);
   }

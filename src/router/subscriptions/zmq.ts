@@ -5,7 +5,7 @@ import type { FollowerCounters } from '../../sources/engine/follower.js';
 import { NativeZmqFeed } from '../../sources/engine/native_feed.js';
 import { EngineZmqSource } from '../../sources/engine/zmq_source.js';
 import type { RelaySink } from '../../sources/source.js';
-import { bodyUpTo } from '../../transports/http/body.js';
+import { nodeGet } from '../../transports/http/node_get.js';
 import {
   appliedSoTrimLater,
   emptyRecoveries,
@@ -172,15 +172,12 @@ export class ZmqSubscription implements Subscription {
 
   async #treeDumpOnce(target: RouterTarget, url: string): Promise<bigint> {
     try {
-      const token = this.#o.recoverToken;
-      const res = await fetch(new URL('/kv_recover?format=msgpack', url), {
-        signal: AbortSignal.timeout(30_000),
-        headers: token ? { authorization: `Bearer ${token}` } : {},
-        // A node's own state is at its own URL: a redirect elsewhere is not followed (as for /healthz).
-        redirect: 'error',
+      const body = await nodeGet(url, '/kv_recover?format=msgpack', {
+        token: this.#o.recoverToken,
+        limit: TREE_DUMP_BYTES,
+        timeoutMs: 30_000,
       });
-      if (!res.ok) throw new Error(`HTTP ${res.status}`);
-      const answer = target.applyRecovery(this.workerId, await bodyUpTo(res, TREE_DUMP_BYTES));
+      const answer = target.applyRecovery(this.workerId, body);
       if (answer.kind !== 'TreeDump') throw new Error(`expected a TreeDump, got ${answer.kind}`);
       this.#snapshots++;
       this.#o.onRecovered?.('tree_dump');

@@ -1,0 +1,36 @@
+/**
+ * GETs `path` from a kvplane node at `url`, as a router reads one (its `/healthz`, its
+ * `/kv_recover`): within `timeoutMs`, with the node's bearer `token` if it has one, following no
+ * redirect (a node's own answers are at its own URL), and refusing a body over `limit` bytes as
+ * it arrives, never read whole first. A status other than 2xx is an error.
+ */
+export async function nodeGet(
+  url: string | URL,
+  path: string,
+  o: { token?: string | null; limit: number; timeoutMs: number },
+): Promise<Buffer> {
+  const res = await fetch(new URL(path, url), {
+    signal: AbortSignal.timeout(o.timeoutMs),
+    redirect: 'error',
+    headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
+  });
+  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  return bodyUpTo(res, o.limit);
+}
+
+async function bodyUpTo(res: Response, limit: number): Promise<Buffer> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  const reader = res.body?.getReader();
+  for (;;) {
+    const next = await reader?.read();
+    if (next === undefined || next.done) break;
+    size += next.value.length;
+    if (size > limit) {
+      await reader?.cancel();
+      throw new Error(`answer over ${limit} bytes`);
+    }
+    chunks.push(next.value);
+  }
+  return Buffer.concat(chunks);
+}
