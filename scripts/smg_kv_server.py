@@ -16,6 +16,9 @@ answering each with {"ok": true}:
   {"op": "drop"}   ends every open stream with UNAVAILABLE (a lost connection)
   {"op": "epoch", "value": "..."}   streams opened from now on send `x-kvplane-epoch: value`
   {"op": "end_at_once", "on": true|false}   streams opened from now on end at once (status OK)
+  {"op": "snapshot_stall", "on": true|false}   streams opened from 0 from now on send the first
+        chunk of a two-chunk snapshot (a clear and block 100 on rank 0, at the log's last seq)
+        and then nothing, the stream left open
   {"op": "exit"}
 """
 
@@ -43,6 +46,7 @@ class Log:
         self.cond = threading.Condition()
         self.epoch_header: str | None = None
         self.end_at_once = False
+        self.snapshot_stall = False
 
     def append(self, rank: int, event: common_pb2.KvCacheEvent) -> None:
         with self.cond:
@@ -69,6 +73,20 @@ class Servicer(vllm_engine_pb2_grpc.VllmEngineServicer):
                 context.send_initial_metadata((("x-kvplane-epoch", log.epoch_header),))
             if log.end_at_once:
                 return
+            stall = log.snapshot_stall and start == 0
+            last = log.next_seq - 1
+        if stall:
+            yield common_pb2.KvEventBatch(
+                sequence_number=last,
+                timestamp=time.time(),
+                events=[common_pb2.KvCacheEvent(cleared=common_pb2.KvCacheCleared()), stored([100], None)],
+                dp_rank=0,
+                snapshot=common_pb2.KvSnapshotChunk(index=0, count=2, blocks=1),
+            )
+            while context.is_active():
+                time.sleep(0.05)
+            return
+        with log.cond:
             oldest = log.batches[0].sequence_number if log.batches else log.next_seq
             if start != 0 and start < oldest:
                 context.abort(
@@ -127,6 +145,8 @@ def main() -> None:
             log.epoch_header = cmd["value"]
         elif op == "end_at_once":
             log.end_at_once = cmd["on"]
+        elif op == "snapshot_stall":
+            log.snapshot_stall = cmd["on"]
         elif op == "exit":
             print(json.dumps({"ok": True}), flush=True)
             break

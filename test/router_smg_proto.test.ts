@@ -140,6 +140,38 @@ describe('kvplane indexer following an SMG-proto server of smg-grpc-proto', () =
     expect(sub()?.recoveries.snapshot).toBe(2);
   }, 30_000);
 
+  it('gives up a snapshot whose next chunk does not come, and starts over from 0', async () => {
+    const smg = await smgServer();
+    await smg.run({ op: 'store', rank: 0, hashes: [1], parent: null });
+    await smg.run({ op: 'snapshot_stall', on: true });
+    const ix = new RouterIndex({ blockSize: BS });
+    cleanup.push(() => ix.close());
+    const warnings: unknown[] = [];
+    ix.on('warning', (msg, detail) => warnings.push([msg, detail.reason]));
+    ix.subscribe(11n, { kind: 'grpc', address: smg.address, snapshotStallMs: 800 });
+    const sub = () => ix.subscription(11n)?.stats();
+    // Chunk 1 of 2 applied: half-built, and said to be.
+    await until(() => sub()?.lastSeq === 1n, 'the first chunk');
+    expect(sub()?.state).toBe('recovering');
+    expect([...ix.findMatches(tokensOf([100])).device]).toEqual([1]);
+    await until(() => /^snapshot stalled/.test(sub()?.lastError ?? ''), 'the stall given up', 5000);
+    expect(warnings).toContainEqual(['rebuilding the worker from a snapshot', 'snapshot stalled: no chunk for 800 ms']);
+    // A server that stalls every snapshot is asked again after the backoff, not in a loop.
+    await sleep(2000);
+    const stalls = sub()?.reconnects ?? 0;
+    expect(stalls).toBeGreaterThanOrEqual(2);
+    expect(stalls).toBeLessThanOrEqual(4);
+    expect(sub()?.state).not.toBe('live');
+    // Served whole again: the log from 0 replaces the half-built state.
+    await smg.run({ op: 'snapshot_stall', on: false });
+    await until(() => sub()?.state === 'live', 'live again', 10_000);
+    expect([...ix.findMatches(tokensOf([100])).device]).toEqual([]);
+    expect([...ix.findMatches(tokensOf([1])).device]).toEqual([1]);
+    expect(() => ix.subscribe(12n, { kind: 'grpc', address: smg.address, snapshotStallMs: 0 })).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG' }),
+    );
+  }, 30_000);
+
   it('notices a server that stops answering (keepalive pings), and follows it again once it answers', async () => {
     const smg = await smgServer();
     await smg.run({ op: 'store', rank: 0, hashes: [1], parent: null });

@@ -37,6 +37,11 @@ export interface GrpcSubscriptionOptions {
   keepaliveMs?: number;
   /** The largest message taken from the node. Default 256 MiB (as the native ZMQ link's frames). */
   maxMessageBytes?: number;
+  /**
+   * A snapshot whose next chunk does not come within this many ms is given up: the stream is
+   * opened again from 0 after the backoff. Default 30,000 (a node sends its chunks back to back).
+   */
+  snapshotStallMs?: number;
 }
 
 const raw = (b: Buffer) => b;
@@ -50,6 +55,7 @@ const DEFAULT_KEEPALIVE_MS = 300_000;
 const STABLE_STREAM_MS = 5000;
 /** How long a resumed call must stand on a connected channel to count as live without headers. */
 const RESUME_SETTLE_MS = 500;
+const DEFAULT_SNAPSHOT_STALL_MS = 30_000;
 
 /** grpc-js takes its channel options as 32-bit integers. */
 const INT32_MAX = 2 ** 31 - 1;
@@ -78,6 +84,9 @@ export class GrpcSubscription implements Subscription {
   readonly #backoff = new Backoff();
   #call: ClientReadableStream<Buffer> | null = null;
   #timer: NodeJS.Timeout | null = null;
+  /** Armed while a snapshot has chunks to come (`snapshotStallMs`). */
+  #stallTimer: NodeJS.Timeout | null = null;
+  readonly #snapshotStallMs: number;
   #closed = false;
   /** Starting over: the worker is cleared before the first batch of the new stream is applied. */
   #fresh = true;
@@ -96,6 +105,7 @@ export class GrpcSubscription implements Subscription {
     this.dpRank = o.dpRank ?? 0;
     const grpc = grpcJs();
     const keepaliveMs = checkCount('keepaliveMs', o.keepaliveMs ?? DEFAULT_KEEPALIVE_MS, INT32_MAX);
+    this.#snapshotStallMs = checkCount('snapshotStallMs', o.snapshotStallMs ?? DEFAULT_SNAPSHOT_STALL_MS, INT32_MAX);
     this.#client = new grpc.Client(o.address, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': checkCount('maxMessageBytes', o.maxMessageBytes ?? MAX_FRAME_BYTES, INT32_MAX),
       'grpc.initial_reconnect_backoff_ms': 100,
@@ -139,6 +149,7 @@ export class GrpcSubscription implements Subscription {
     this.#closed = true;
     this.#stats.state = 'closed';
     if (this.#timer) clearTimeout(this.#timer);
+    this.#watchSnapshot(null);
     this.#call?.cancel();
     this.#call = null;
     this.#client.close();
@@ -252,11 +263,36 @@ export class GrpcSubscription implements Subscription {
     s.lastBatchAt = Date.now();
     // Until its snapshot's last chunk, what the worker holds is not yet the node's state.
     s.state = this.#inSnapshot ? 'recovering' : 'live';
+    this.#watchSnapshot(this.#inSnapshot ? call : null);
     appliedSoTrimLater();
   }
 
-  /** Starts over from 0 (`now`: a resumed stream's node restarted; the stream from 0 cannot again). */
-  #restartFromSnapshot(call: ClientReadableStream<Buffer>, why: string, when: 'now' | 'resume' = 'resume'): void {
+  /**
+   * With a call, (re)arms the stall timer for its snapshot's next chunk; with `null`, disarms it.
+   * A node that stops in the middle of a snapshot on a connection that stays up (keepalive sees
+   * nothing wrong) would otherwise leave the worker half-built and `recovering` for good.
+   */
+  #watchSnapshot(call: ClientReadableStream<Buffer> | null): void {
+    if (this.#stallTimer) clearTimeout(this.#stallTimer);
+    this.#stallTimer = null;
+    if (call === null) return;
+    this.#stallTimer = setTimeout(() => {
+      this.#stallTimer = null;
+      if (this.#call !== call || !this.#inSnapshot) return;
+      this.#restartFromSnapshot(call, `snapshot stalled: no chunk for ${this.#snapshotStallMs} ms`, 'backoff');
+    }, this.#snapshotStallMs);
+    this.#stallTimer.unref();
+  }
+
+  /**
+   * Starts over from 0 (`now`: a resumed stream's node restarted, the stream from 0 cannot again;
+   * `backoff`: a stream from 0 that went wrong may again).
+   */
+  #restartFromSnapshot(
+    call: ClientReadableStream<Buffer>,
+    why: string,
+    when: 'now' | 'resume' | 'backoff' = 'resume',
+  ): void {
     this.#warn('rebuilding the worker from a snapshot', { reason: why });
     this.#fresh = true;
     this.#call = null;
@@ -289,6 +325,7 @@ export class GrpcSubscription implements Subscription {
    */
   #retry(why: string, when: 'now' | 'resume' | 'backoff'): void {
     this.#call = null;
+    this.#watchSnapshot(null);
     if (this.#closed) return;
     const stable = Date.now() - this.#openedAt >= STABLE_STREAM_MS;
     if (stable) this.#backoff.reset();
