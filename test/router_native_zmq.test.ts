@@ -298,6 +298,61 @@ describe('native ZMQ link', () => {
     expect(sub.stats().state).toBe('connecting');
   });
 
+  it('js: a connection libzmq ends for good (a refused handshake, a frame over 256 MiB) is connected again', async () => {
+    // A peer whose greeting asks for CURVE, where the subscriber speaks NULL: libzmq refuses the
+    // handshake and, on its own, never connects that endpoint again.
+    const greeting = Buffer.alloc(64);
+    greeting[0] = 0xff;
+    greeting[9] = 0x7f;
+    greeting[10] = 3;
+    greeting.write('CURVE', 12);
+    const conns: Socket[] = [];
+    const curve = createServer((c: Socket) => {
+      conns.push(c);
+      c.on('error', () => {});
+      c.write(greeting);
+    });
+    await new Promise<void>((r) => curve.listen(0, '127.0.0.1', r));
+    const endpoint = `tcp://127.0.0.1:${(curve.address() as { port: number }).port}`;
+    const warnings: Array<[string, unknown]> = [];
+    const index = new RouterIndex({
+      blockSize: 16,
+      zmqReceive: 'js',
+      onWarning: (m, d) => warnings.push([m, d.reason]),
+    });
+    cleanup.push(() => index.close());
+    const sub = index.subscribe(W, { kind: 'zmq', endpoint });
+    await until(() => /handshake refused/.test(sub.stats().lastError ?? ''), 'the refusal reported', 5000);
+    expect(sub.stats().lastError).toMatch(/MECHANISM_MISMATCH|mechanism/i);
+    expect(warnings.map(([m]) => m)).toContain('engine connection refused');
+    // The engine comes back right: the same endpoint, a real publisher.
+    const closed = new Promise((r) => curve.close(r));
+    for (const c of conns) c.destroy();
+    await closed;
+    const { pub, send } = await publisher(endpoint);
+    cleanup.push(() => pub.close());
+    let seq = 0;
+    /** Sends one-block roots, one batch each, until one is held. */
+    const sendUntilHeld = async (what: string) => {
+      const end = Date.now() + 10_000;
+      for (;;) {
+        const h = 1000 + seq;
+        await send(seq++, [storedBlock(h, null)]);
+        await sleep(100);
+        if (held(index, [h]) === 1) return;
+        if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+      }
+    };
+    await sendUntilHeld('followed once the publisher is right');
+
+    // A frame over the bound: libzmq ends that session too (and would not connect again).
+    const before = sub.stats().malformed;
+    await pub.send([Buffer.alloc(0), seqBytes(seq), Buffer.alloc(256 * 1024 * 1024 + 1)]);
+    await until(() => sub.stats().malformed > before, 'the frame refused', 10_000);
+    expect(sub.stats().lastError).toMatch(/protocol error/);
+    await sendUntilHeld('followed again after the refused frame');
+  }, 40_000);
+
   it('a closed index lets the process exit: its links hold nothing that keeps Node running', async () => {
     const port = await freePort();
     // Closed 300 ms after subscribing, and in the same tick: a link opened after that close (the

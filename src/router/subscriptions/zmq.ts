@@ -223,7 +223,7 @@ export class ZmqSubscription implements Subscription {
       dropped: (n?.dropped ?? 0) + (r?.heldDropped ?? 0),
       malformed: r?.malformed ?? 0,
       linkBatches: n?.batches ?? 0,
-      lastError: this.#lastError ?? n?.lastError ?? null,
+      lastError: this.#lastError ?? n?.lastError ?? r?.lastRefusal ?? null,
     };
   }
 }

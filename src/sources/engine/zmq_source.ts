@@ -84,6 +84,8 @@ export interface LiveHandlers {
   batch(seq: bigint, payload: Buffer): void;
   /** A message that was not `[topic, 8-byte seq, payload]`. */
   malformed(frames: number): void;
+  /** A connection ended for bad input (a frame over the bound, a refused handshake), and why. */
+  refused(why: string): void;
   connected(): void;
   disconnected(): void;
   /** Batches the feed applied itself (`reopen`), reported before whatever it reports next. */
@@ -147,22 +149,36 @@ const REPLAY_DEADLINE_MS = 60_000;
 /** Replies of one replay that are not batches (nor its end marker) before it counts as failed. */
 const REPLAY_MALFORMED_MAX = 1000;
 
+/**
+ * A connection libzmq drops without connecting again (a frame over `maxMessageSize`, a handshake
+ * it refuses: libzmq ends such a session for good) is told from one it reconnects by the
+ * `connect:retry` that follows a reconnecting drop at once; none within this many ms, and the
+ * feed connects the endpoint again itself.
+ */
+const SESSION_ENDED_MS = 1000;
+/** A feed whose sessions keep ending so connects again 1 s after the drop, doubling to this. */
+const SESSION_RETRY_MAX_MS = 30_000;
+
 /** The live socket as zeromq.js's Subscriber. */
 class ZmqjsFeed implements LiveFeed {
   readonly #sub: Subscriber;
   readonly #endpoint: string;
   readonly #topic: string;
   #loops: Promise<unknown>[] = [];
+  /** Armed by a drop until libzmq says it connects again (`SESSION_ENDED_MS`). */
+  #endedTimer: NodeJS.Timeout | null = null;
+  /** Sessions ended in a row with no batch between (the wait before connecting again doubles). */
+  #ended = 0;
+  /** Why libzmq refused the last handshake, if it did. */
+  #handshakeError: string | null = null;
 
   constructor(endpoint: string, o: EngineZmqOptions) {
     this.#endpoint = endpoint;
     this.#topic = o.topic ?? '';
-    // No frame bound here: libzmq ends the session on a frame over its bound and never connects
-    // again, which would stop the rank for good. The native link (the default) bounds frames and
-    // reconnects; a DEALER of one replay is bounded, as it is made again for the next.
     this.#sub = new (zeromq().Subscriber)({
       linger: 0,
       receiveHighWaterMark: o.receiveHwm ?? 10_000,
+      maxMessageSize: MAX_FRAME_BYTES,
       ...(o.reconnectMaxMs ? { reconnectMaxInterval: o.reconnectMaxMs } : {}),
     });
   }
@@ -188,6 +204,7 @@ class ZmqjsFeed implements LiveFeed {
   }
 
   async close(): Promise<void> {
+    this.#disarm();
     this.#sub.close();
     await Promise.allSettled(this.#loops);
   }
@@ -195,13 +212,55 @@ class ZmqjsFeed implements LiveFeed {
   async #watch(h: LiveHandlers): Promise<void> {
     try {
       for await (const ev of this.#sub.events) {
-        if (ev.type === 'connect') h.connected();
-        else if (ev.type === 'disconnect') h.disconnected();
-        else if (ev.type === 'end') break;
+        if (ev.type === 'connect') {
+          this.#disarm();
+          this.#handshakeError = null;
+          h.connected();
+        } else if (ev.type === 'connect:retry' || ev.type === 'connect:delay') {
+          this.#disarm();
+        } else if (ev.type === 'handshake:error:protocol' || ev.type === 'handshake:error:auth') {
+          this.#handshakeError = `${ev.error.message} (${ev.error.code ?? 'no code'})`;
+        } else if (ev.type === 'disconnect') {
+          h.disconnected();
+          this.#armEnded(h);
+        } else if (ev.type === 'end') break;
       }
     } catch {
       // The socket closed.
     }
+  }
+
+  #disarm(): void {
+    if (this.#endedTimer) clearTimeout(this.#endedTimer);
+    this.#endedTimer = null;
+  }
+
+  /** After a drop: if libzmq does not connect again, reports why and connects the endpoint again. */
+  #armEnded(h: LiveHandlers): void {
+    this.#disarm();
+    this.#endedTimer = setTimeout(() => {
+      this.#endedTimer = null;
+      if (this.#sub.closed) return;
+      const why = this.#handshakeError
+        ? `handshake refused: ${this.#handshakeError}`
+        : `the connection ended by a protocol error (a frame over ${MAX_FRAME_BYTES} bytes?)`;
+      this.#handshakeError = null;
+      // Counted from the drop: at once the first time, then 1 s, 2 s, ... up to 30 s later.
+      const delayMs =
+        Math.min(SESSION_RETRY_MAX_MS, SESSION_ENDED_MS * 2 ** Math.min(this.#ended, 5)) - SESSION_ENDED_MS;
+      this.#ended++;
+      h.refused(`${why}; connecting again ${delayMs === 0 ? 'now' : `in ${delayMs} ms`}`);
+      this.#endedTimer = setTimeout(() => {
+        this.#endedTimer = null;
+        if (this.#sub.closed) return;
+        try {
+          this.#sub.disconnect(this.#endpoint);
+        } catch {
+          // Already gone with its session.
+        }
+        this.#sub.connect(this.#endpoint);
+      }, delayMs);
+    }, SESSION_ENDED_MS);
   }
 
   async #receive(h: LiveHandlers): Promise<void> {
@@ -210,7 +269,10 @@ class ZmqjsFeed implements LiveFeed {
         const seq = frames[1];
         const payload = frames[2];
         if (frames.length !== 3 || seq?.length !== 8 || payload === undefined) h.malformed(frames.length);
-        else h.batch(seq.readBigUInt64BE(), payload);
+        else {
+          this.#ended = 0;
+          h.batch(seq.readBigUInt64BE(), payload);
+        }
       }
     } catch (err) {
       if (!this.#sub.closed) throw err;
@@ -232,6 +294,8 @@ export interface RankStats extends FollowerCounters {
   malformed: number;
   /** Payloads that did not decode (then the rank is cleared). */
   undecodable: number;
+  /** Why the live connection was last ended for bad input (zeromq.js feed), or `null`. */
+  lastRefusal: string | null;
 }
 
 /**
@@ -259,6 +323,7 @@ class RankLink {
   connected = false;
   malformed = 0;
   undecodable = 0;
+  lastRefusal: string | null = null;
   readonly #feed: LiveFeed;
   /** The live socket connected before and lost its connection since. */
   #lost = false;
@@ -315,6 +380,11 @@ class RankLink {
         this.malformed++;
         this.#source.warn('malformed engine message skipped', { rank: this.rank, frames });
         this.#reopen();
+      },
+      refused: (why) => {
+        this.malformed++;
+        this.lastRefusal = why;
+        this.#source.warn('engine connection refused', { rank: this.rank, reason: why });
       },
       connected: () => {
         this.connected = true;
@@ -617,6 +687,7 @@ export class EngineZmqSource implements EventSource {
         fetching: l.follower.fetching,
         malformed: l.malformed,
         undecodable: l.undecodable,
+        lastRefusal: l.lastRefusal,
         ...l.follower.counters,
         applied: l.follower.counters.applied + stint.batches,
       };
