@@ -218,8 +218,10 @@ class ZmqjsFeed implements LiveFeed {
           h.connected();
         } else if (ev.type === 'connect:retry' || ev.type === 'connect:delay') {
           this.#disarm();
-        } else if (ev.type === 'handshake:error:protocol' || ev.type === 'handshake:error:auth') {
-          this.#handshakeError = `${ev.error.message} (${ev.error.code ?? 'no code'})`;
+        } else if (ev.type === 'handshake:error:protocol') {
+          this.#handshakeError = `${ev.error.message} (${ev.error.code})`;
+        } else if (ev.type === 'handshake:error:auth') {
+          this.#handshakeError = `${ev.error.message} (status ${ev.error.status})`;
         } else if (ev.type === 'disconnect') {
           h.disconnected();
           this.#armEnded(h);
