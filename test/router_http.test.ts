@@ -1,6 +1,7 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request, type ServerResponse } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
+import { decode as msgpackDecode, encode as msgpackEncode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
 import { IndexerServer, KvEventPublisher, KvGrpcServer, KvHttpServer, RouterIndex } from '../dist/index.mjs';
 import { rawHttp, sleep, until } from './fixtures.js';
@@ -425,6 +426,44 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     }
     expect(sub()?.lastError).toMatch(/\/kv_recover: fetch failed/);
     expect(stolen).toBe(0);
+  });
+
+  it("says so when a node's /kv_recover dump claims a seq far ahead of its live stream (loaded, then cleared)", async () => {
+    const { publisher, http } = await kvNode();
+    publisher.publish([
+      { type: 'stored', blockHashes: [31n], parentBlockHash: null, tokenIds: Uint32Array.of(1, 2, 3, 4), blockSize: 4 },
+    ]);
+    await publisher.flush();
+    // The node's own dump, its last_seq moved 2^40 ahead: not a seq this stream will reach.
+    const front = createServer(async (req, res) => {
+      const own = await fetch(`http://127.0.0.1:${http.port}${req.url}`);
+      let body = Buffer.from(await own.arrayBuffer());
+      if (req.url?.startsWith('/kv_recover')) {
+        const dump = msgpackDecode(body, { useBigInt64: true }) as { TreeDump: { last_seq: bigint | number } };
+        dump.TreeDump.last_seq = BigInt(dump.TreeDump.last_seq) + 2n ** 40n;
+        body = Buffer.from(msgpackEncode(dump, { useBigInt64: true }));
+      }
+      res.writeHead(own.status, { 'content-type': own.headers.get('content-type') ?? 'application/json' });
+      res.end(body);
+    });
+    await new Promise<void>((r) => front.listen(0, '127.0.0.1', r));
+    cleanup.push(() => new Promise((r) => front.close(r)));
+    const ix = await indexer();
+    const url = `http://127.0.0.1:${(front.address() as AddressInfo).port}`;
+    const reg = { instance_id: 3, endpoint: publisher.endpoint, url, model_name: 'm', block_size: 4 };
+    expect((await post(ix.url, '/register', reg)).status).toBe(201);
+    const sub = () => ix.registry.index('m', 'default').subscription(3n)?.stats();
+    for (let i = 0; i < 150 && !/loaded state refused/.test(sub()?.lastError ?? ''); i++) {
+      publisher.publish([{ type: 'removed', blockHashes: [999n] }]);
+      await sleep(20);
+    }
+    expect(sub()?.lastError).toMatch(/^loaded state refused: its seq \d+ is further ahead of the live stream/);
+    // The dump's blocks went with the clear that followed the refusal.
+    publisher.publish([{ type: 'removed', blockHashes: [999n] }]);
+    await until(() => (sub()?.recoveries.cleared ?? 0) >= 1, 'the rank cleared');
+    await sleep(100);
+    const query = { token_ids: [1, 2, 3, 4], model_name: 'm' };
+    expect((await post(ix.url, '/query', query)).json.scores).toEqual({});
   });
 
   it('finds its gRPC server from /healthz, rebuilds from its snapshot, and survives an indexer restart from the state file', async () => {

@@ -185,8 +185,8 @@ export class ZmqSubscription implements Subscription {
       appliedSoTrimLater();
       return answer.lastSeq;
     } catch (err) {
-      this.#lastError = `${url}/kv_recover: ${(err as Error).message}`;
-      throw err;
+      // The rank's lastError once the retries are over (`loading the state failed: ...`).
+      throw new Error(`${url}/kv_recover: ${(err as Error).message}`);
     }
   }
 
@@ -223,7 +223,7 @@ export class ZmqSubscription implements Subscription {
       dropped: (n?.dropped ?? 0) + (r?.heldDropped ?? 0),
       malformed: r?.malformed ?? 0,
       linkBatches: n?.batches ?? 0,
-      lastError: this.#lastError ?? n?.lastError ?? r?.lastRefusal ?? null,
+      lastError: r?.lastError ?? this.#lastError ?? n?.lastError ?? null,
     };
   }
 }

@@ -296,8 +296,11 @@ export interface RankStats extends FollowerCounters {
   malformed: number;
   /** Payloads that did not decode (then the rank is cleared). */
   undecodable: number;
-  /** Why the live connection was last ended for bad input (zeromq.js feed), or `null`. */
-  lastRefusal: string | null;
+  /**
+   * The rank's last error, or `null`: a live connection ended for bad input (zeromq.js feed), its
+   * state failing to load or loaded with a seq refused (`resync`).
+   */
+  lastError: string | null;
 }
 
 /**
@@ -325,7 +328,7 @@ class RankLink {
   connected = false;
   malformed = 0;
   undecodable = 0;
-  lastRefusal: string | null = null;
+  lastError: string | null = null;
   readonly #feed: LiveFeed;
   /** The live socket connected before and lost its connection since. */
   #lost = false;
@@ -385,7 +388,7 @@ class RankLink {
       },
       refused: (why) => {
         this.malformed++;
-        this.lastRefusal = why;
+        this.lastError = why;
         this.#source.warn('engine connection refused', { rank: this.rank, reason: why });
       },
       connected: () => {
@@ -519,6 +522,7 @@ class RankLink {
       last = await (this.#source.options.resync as NonNullable<EngineZmqOptions['resync']>)(this.ranks);
     } catch (err) {
       if (!this.#feed.closed) {
+        this.lastError = `loading the state failed: ${(err as Error).message}`;
         this.#source.warn('loading the state failed; rank cleared', {
           rank: this.ranks.join(','),
           reason,
@@ -528,6 +532,8 @@ class RankLink {
     }
     if (this.#feed.closed) return;
     if (last !== null && this.follower.aheadOfLive(last)) {
+      // Loaded, then cleared by the follower (`resynced` refuses it): said, not only counted.
+      this.lastError = `loaded state refused: its seq ${last} is further ahead of the live stream than any in flight`;
       this.#source.warn('loaded state refused: its seq is further ahead of the live stream than any in flight', {
         rank: this.ranks.join(','),
         last_seq: last.toString(),
@@ -689,7 +695,7 @@ export class EngineZmqSource implements EventSource {
         fetching: l.follower.fetching,
         malformed: l.malformed,
         undecodable: l.undecodable,
-        lastRefusal: l.lastRefusal,
+        lastError: l.lastError,
         ...l.follower.counters,
         applied: l.follower.counters.applied + stint.batches,
       };
