@@ -9,12 +9,28 @@ export async function nodeGet(
   path: string,
   o: { token?: string | null; limit: number; timeoutMs: number },
 ): Promise<Buffer> {
-  const res = await fetch(new URL(path, url), {
-    signal: AbortSignal.timeout(o.timeoutMs),
-    redirect: 'error',
-    headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
-  });
-  if (!res.ok) throw new Error(`HTTP ${res.status}`);
+  let res: Response;
+  try {
+    res = await fetch(new URL(path, url), {
+      signal: AbortSignal.timeout(o.timeoutMs),
+      redirect: 'manual',
+      headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
+    });
+  } catch (err) {
+    // fetch says only "fetch failed"; what failed (ECONNREFUSED, ...) is its cause.
+    const cause = (err as Error).cause as { code?: string; message?: string } | undefined;
+    const why = cause?.code ?? cause?.message;
+    throw new Error(why ? `${(err as Error).message} (${why})` : (err as Error).message);
+  }
+  if (res.status >= 300 && res.status < 400) {
+    await res.body?.cancel();
+    const to = (res.headers.get('location') ?? '').slice(0, 256);
+    throw new Error(`HTTP ${res.status}: a redirect${to ? ` to ${JSON.stringify(to)}` : ''}, not followed`);
+  }
+  if (!res.ok) {
+    await res.body?.cancel();
+    throw new Error(`HTTP ${res.status}`);
+  }
   return bodyUpTo(res, o.limit);
 }
 
