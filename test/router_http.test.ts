@@ -424,7 +424,9 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
       publisher.publish([{ type: 'removed', blockHashes: [999n] }]);
       await sleep(20);
     }
-    expect(sub()?.lastError).toMatch(/\/kv_recover: HTTP 302: a redirect to "http:\/\/127\.0\.0\.1:\d+\/steal", not followed$/);
+    expect(sub()?.lastError).toMatch(
+      /\/kv_recover: HTTP 302: a redirect to "http:\/\/127\.0\.0\.1:\d+\/steal", not followed$/,
+    );
     expect(stolen).toBe(0);
   });
 
