@@ -123,6 +123,27 @@ describe("a replay socket that is not the live stream's log", () => {
     }, 30_000);
   }
 
+  it('a replayed frame over 256 MiB fails the replay at once, with the reason, not after its timeout', async () => {
+    const { pub, endpoint, send } = await publisher();
+    cleanup.push(() => pub.close());
+    const replay = await replaySocket(async function* () {
+      yield [0n, Buffer.alloc(256 * 1024 * 1024 + 1)];
+    });
+    const warnings: string[] = [];
+    const index = new RouterIndex({ blockSize: 16, onWarning: (m, d) => warnings.push(`${m}: ${d.error ?? ''}`) });
+    cleanup.push(() => index.close());
+    const sub = index.subscribe(W, { kind: 'zmq', endpoint, replayEndpoint: replay.endpoint });
+    const t0 = performance.now();
+    await until(() => warnings.some((w) => w.startsWith('engine replay failed')), 'the replay failed', 10_000);
+    expect(performance.now() - t0).toBeLessThan(4000);
+    expect(warnings.find((w) => w.startsWith('engine replay failed'))).toMatch(/the connection ended/);
+    // The rank goes on from what follows.
+    await sleep(200);
+    await send(5, [storedBlock(1, null)]);
+    await until(() => held(index, [1]) === 1, 'followed on', 10_000);
+    expect(sub.stats().state).toBe('live');
+  }, 30_000);
+
   it('a replay that never ends is refused once it runs further ahead of the live stream than any in flight', async () => {
     const { pub, endpoint, send } = await publisher();
     cleanup.push(() => pub.close());

@@ -554,8 +554,14 @@ class RankLink {
     let ok = false;
     const deadline = performance.now() + REPLAY_DEADLINE_MS;
     let malformed = 0;
+    const endpoint = this.replayEndpoint as string;
+    // A replay's connection that drops fails it at once (a ROUTER forgets a peer that reconnects):
+    // libzmq ends it for a frame over the bound, or a handshake it refuses, and the engine may.
+    // (`inproc://` reports no events.)
+    const lost: { why: string | null } = { why: null };
+    if (!endpoint.startsWith('inproc://')) void watchReplay(dealer, lost);
     try {
-      dealer.connect(this.replayEndpoint as string);
+      dealer.connect(endpoint);
       await dealer.send([Buffer.alloc(0), seqFrame(from)]);
       for (;;) {
         const frames = await dealer.receive();
@@ -585,7 +591,7 @@ class RankLink {
         this.#source.warn('engine replay failed', {
           rank: this.rank,
           from: from.toString(),
-          error: (err as Error).message,
+          error: lost.why ?? (err as Error).message,
         });
       }
     } finally {
@@ -596,6 +602,25 @@ class RankLink {
       this.#relayWaiting();
       this.#reopen();
     }
+  }
+}
+
+/**
+ * Closes a replay's `dealer` (its pending receive fails) when its connection drops, saying why in
+ * `lost`; ends with the socket.
+ */
+async function watchReplay(dealer: Dealer, lost: { why: string | null }): Promise<void> {
+  let refused: string | null = null;
+  try {
+    for await (const ev of dealer.events) {
+      if (ev.type === 'handshake:error:protocol') refused = `handshake refused: ${ev.error.message} (${ev.error.code})`;
+      else if (ev.type === 'disconnect') {
+        lost.why = refused ?? `the connection ended (the engine closed it, or a frame over ${MAX_FRAME_BYTES} bytes)`;
+        dealer.close();
+      } else if (ev.type === 'end') break;
+    }
+  } catch {
+    // The socket closed.
   }
 }
 
