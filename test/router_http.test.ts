@@ -468,6 +468,56 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     expect((await post(ix.url, '/query', query)).json.scores).toEqual({});
   });
 
+  it('reads at most two /kv_recover tree dumps at once across its workers; an unregistered one stops waiting', async () => {
+    const { publisher, http } = await kvNode();
+    publisher.publish([
+      { type: 'stored', blockHashes: [41n], parentBlockHash: null, tokenIds: Uint32Array.of(1, 2, 3, 4), blockSize: 4 },
+    ]);
+    await publisher.flush();
+    // The node's own answers, each /kv_recover held 400 ms: how many are read at once.
+    let reading = 0;
+    let most = 0;
+    let dumps = 0;
+    const front = createServer(async (req, res) => {
+      const isDump = req.url?.startsWith('/kv_recover') ?? false;
+      if (isDump) {
+        most = Math.max(most, ++reading);
+        dumps++;
+        await sleep(400);
+      }
+      const own = await fetch(`http://127.0.0.1:${http.port}${req.url}`);
+      res.writeHead(own.status, { 'content-type': own.headers.get('content-type') ?? 'application/json' });
+      res.end(Buffer.from(await own.arrayBuffer()));
+      if (isDump) reading--;
+    });
+    await new Promise<void>((r) => front.listen(0, '127.0.0.1', r));
+    cleanup.push(() => new Promise((r) => front.close(r)));
+    const ix = await indexer();
+    const url = `http://127.0.0.1:${(front.address() as AddressInfo).port}`;
+    // Six workers on the one node (as six models would be), each joining by a tree dump.
+    for (let id = 1; id <= 6; id++) {
+      const reg = { instance_id: id, endpoint: publisher.endpoint, url, model_name: `m${id}`, block_size: 4 };
+      expect((await post(ix.url, '/register', reg)).status).toBe(201);
+    }
+    const snapshots = () =>
+      [1, 2, 3, 4, 5].map(
+        (id) => ix.registry.index(`m${id}`, 'default').subscription(BigInt(id))?.stats().recoveries.snapshot ?? 0,
+      );
+    for (let i = 0; i < 200 && dumps < 2; i++) {
+      publisher.publish([{ type: 'removed', blockHashes: [999n] }]);
+      await sleep(20);
+    }
+    // One that waits its turn is unregistered at once, not after the dumps before it.
+    const t0 = performance.now();
+    expect((await post(ix.url, '/unregister', { instance_id: 6, model_name: 'm6' })).status).toBe(200);
+    expect(performance.now() - t0).toBeLessThan(300);
+    await until(() => snapshots().every((n) => n >= 1), 'every worker rebuilt', 15_000);
+    expect(most).toBe(2);
+    expect(dumps).toBeLessThanOrEqual(6);
+    const query = { token_ids: [1, 2, 3, 4], model_name: 'm3' };
+    expect((await post(ix.url, '/query', query)).json.scores).toEqual({ '3': { '0': 4 } });
+  }, 30_000);
+
   it('finds its gRPC server from /healthz, rebuilds from its snapshot, and survives an indexer restart from the state file', async () => {
     const { publisher, grpc, http } = await kvNode();
     const tokens = Uint32Array.from({ length: 12 }, (_, i) => i + 1);

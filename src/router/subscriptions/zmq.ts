@@ -47,6 +47,42 @@ export interface ZmqSubscriptionOptions {
  * tokens, so some 13 million blocks); a larger answer is refused as it arrives, not held whole.
  */
 const TREE_DUMP_BYTES = 1 << 30;
+/**
+ * Tree dumps read at once in the process, whatever node or index they are for (each may be up to
+ * `TREE_DUMP_BYTES`, held while decoded): the rest wait their turn, in order.
+ */
+const TREE_DUMPS_AT_ONCE = 2;
+let treeDumpsReading = 0;
+const treeDumpWaiters: Array<() => void> = [];
+
+/**
+ * Waits for a turn to read a tree dump (`signal`: stop waiting, an error); the function it gives
+ * back ends the turn.
+ */
+async function treeDumpTurn(signal: AbortSignal): Promise<() => void> {
+  signal.throwIfAborted();
+  if (treeDumpsReading < TREE_DUMPS_AT_ONCE) treeDumpsReading++;
+  else {
+    await new Promise<void>((resolve, reject) => {
+      const turn = () => {
+        signal.removeEventListener('abort', leave);
+        resolve();
+      };
+      const leave = () => {
+        treeDumpWaiters.splice(treeDumpWaiters.indexOf(turn), 1);
+        reject(signal.reason);
+      };
+      treeDumpWaiters.push(turn);
+      signal.addEventListener('abort', leave, { once: true });
+    });
+  }
+  return () => {
+    // The turn passes straight to the next in line, if any.
+    const next = treeDumpWaiters.shift();
+    if (next) next();
+    else treeDumpsReading--;
+  };
+}
 
 /** The follower's counts that are recoveries, by the kind `recovered` names them. */
 const RECOVERY_COUNTS: Partial<Record<keyof FollowerCounters, RecoveryKind>> = {
@@ -73,6 +109,8 @@ export class ZmqSubscription implements Subscription {
   #batches = 0;
   #lastBatchAt: number | null = null;
   #closed = false;
+  /** Aborted by `stop`: a tree dump waiting for its turn, or being read, gives up. */
+  readonly #stopping = new AbortController();
   #snapshots = 0;
   #lastError: string | null = null;
   /** The native link reading the publisher, when there is one. */
@@ -171,11 +209,13 @@ export class ZmqSubscription implements Subscription {
   }
 
   async #treeDumpOnce(target: RouterTarget, url: string): Promise<bigint> {
+    const done = await treeDumpTurn(this.#stopping.signal);
     try {
       const body = await nodeGet(url, '/kv_recover?format=msgpack', {
         token: this.#o.recoverToken,
         limit: TREE_DUMP_BYTES,
         timeoutMs: 30_000,
+        signal: this.#stopping.signal,
       });
       const answer = target.applyRecovery(this.workerId, body);
       if (answer.kind !== 'TreeDump') throw new Error(`expected a TreeDump, got ${answer.kind}`);
@@ -187,11 +227,14 @@ export class ZmqSubscription implements Subscription {
     } catch (err) {
       // The rank's lastError once the retries are over (`loading the state failed: ...`).
       throw new Error(`${url}/kv_recover: ${(err as Error).message}`);
+    } finally {
+      done();
     }
   }
 
   async stop(): Promise<void> {
     this.#closed = true;
+    this.#stopping.abort(new Error('unsubscribed'));
     await this.#source.stop();
   }
 

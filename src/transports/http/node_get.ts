@@ -2,17 +2,18 @@
  * GETs `path` from a kvplane node at `url`, as a router reads one (its `/healthz`, its
  * `/kv_recover`): within `timeoutMs`, with the node's bearer `token` if it has one, following no
  * redirect (a node's own answers are at its own URL), and refusing a body over `limit` bytes as
- * it arrives, never read whole first. A status other than 2xx is an error.
+ * it arrives, never read whole first. A status other than 2xx is an error. `signal`: give up.
  */
 export async function nodeGet(
   url: string | URL,
   path: string,
-  o: { token?: string | null; limit: number; timeoutMs: number },
+  o: { token?: string | null; limit: number; timeoutMs: number; signal?: AbortSignal },
 ): Promise<Buffer> {
   let res: Response;
+  const timeout = AbortSignal.timeout(o.timeoutMs);
   try {
     res = await fetch(new URL(path, url), {
-      signal: AbortSignal.timeout(o.timeoutMs),
+      signal: o.signal ? AbortSignal.any([o.signal, timeout]) : timeout,
       redirect: 'manual',
       headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
     });
