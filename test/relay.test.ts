@@ -518,6 +518,68 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
     expect(ranks[1]).toMatchObject({ gaps: 0, restarts: 1, nextEventId: 2 });
   }, 30_000);
 
+  it('refuses a TensorRT-LLM drain over 256 MiB as it arrives, and clears the ranks it took from the engine', async () => {
+    const stored = (id: number, rank: number, hash: number) => ({
+      event_id: id,
+      data: {
+        type: 'stored',
+        parent_hash: null,
+        blocks: [
+          {
+            type: 'stored_block',
+            block_hash: hash,
+            tokens: [1, 2, 3, 4].map((t) => ({ type: 'unique_token', token_id: hash + t, token_extra_id: 0 })),
+            cache_level: 0,
+            priority: 35,
+          },
+        ],
+      },
+      window_size: 32,
+      attention_dp_rank: rank,
+    });
+    let served = 0;
+    const server = createServer(async (req, res) => {
+      req.resume();
+      res.setHeader('content-type', 'application/json');
+      const n = served++;
+      if (n === 0) return void res.end(JSON.stringify([stored(0, 0, 10), stored(0, 1, 20)]));
+      if (n !== 3) return void res.end('[]');
+      // 257 MiB of a JSON list, written as the client reads it.
+      const chunk = Buffer.alloc(1 << 20, 0x20);
+      res.write('[');
+      for (let i = 0; i < 257 && !res.destroyed; i++) {
+        if (!res.write(chunk)) await new Promise((r) => res.once('drain', r).once('close', r));
+      }
+      res.end(']');
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanup.push(() => new Promise((r) => server.close(r)));
+    const { port } = server.address() as { port: number };
+    const { http } = await relayNode([
+      '--engine',
+      'trtllm',
+      '--engine-url',
+      `http://127.0.0.1:${port}`,
+      '--engine-poll-ms',
+      '20',
+      '--engine-dp-size',
+      '2',
+    ]);
+    const health = async () =>
+      (
+        (await (await fetch(`${http}/healthz`)).json()) as {
+          sources: Array<{ state: string; stats: Record<string, number> }>;
+        }
+      ).sources[0];
+    for (let i = 0; i < 200 && ((await health())?.stats.oversizeDrains ?? 0) === 0; i++) await sleep(50);
+    const src = await health();
+    expect(src?.stats).toMatchObject({ oversizeDrains: 1, failedPolls: 0, undecodable: 0 });
+    expect(src?.state).toBe('ok');
+    // Blocks 10 and 20 went with the clear: the node holds nothing.
+    const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
+    expect(d.TreeDump.workers.flatMap((w) => w.events.flatMap((e) => e.block_hashes))).toEqual([]);
+  }, 30_000);
+
   it("fills the relay's own HWM overflow from the engine's replay, ending in the engine's state", async () => {
     const engine = await enginePublisher();
     const { http } = await relayNode(vllmArgs(engine, '--engine-hwm', '2'));

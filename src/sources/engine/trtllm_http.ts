@@ -1,4 +1,6 @@
 import { invalidArg, KvPlaneError } from '../../errors.js';
+import { BodyTooLargeError, bodyUpTo } from '../../transports/http/body.js';
+import { MAX_FRAME_BYTES } from '../../transports/zmq/config.js';
 import { type EventSink, type EventSource, type RelaySink, relaySink, type SourceHealth } from '../source.js';
 
 /** TensorRT-LLM's HTTP event drain, as `kvplane serve --engine trtllm --engine-url` polls it. */
@@ -24,6 +26,9 @@ export interface TrtllmRankStats {
   restarts: number;
 }
 
+/** The largest drain read (one drain is all the engine buffered since the last): as a ZMQ frame. */
+const DRAIN_BYTES = MAX_FRAME_BYTES;
+
 /**
  * Relays TensorRT-LLM's KV events by polling `POST /kv_cache_events` on `trtllm-serve`
  * (docs/protocol.md#engine-sources): each drain is destructive and returns a JSON list of V1 or
@@ -42,7 +47,7 @@ export class TrtllmHttpSource implements EventSource {
   #stopping = false;
   #abort: AbortController | null = null;
   #connected = false;
-  #counters = { polls: 0, emptyDrains: 0, failedPolls: 0, undecodable: 0, events: 0 };
+  #counters = { polls: 0, emptyDrains: 0, failedPolls: 0, undecodable: 0, oversizeDrains: 0, events: 0 };
 
   constructor(options: TrtllmHttpOptions) {
     const url = URL.canParse(options.url) ? new URL('/kv_cache_events', options.url) : null;
@@ -83,11 +88,18 @@ export class TrtllmHttpSource implements EventSource {
     let body: Buffer;
     try {
       const res = await fetch(this.#opts.url, { method: 'POST', signal: this.#abort.signal });
-      body = Buffer.from(await res.arrayBuffer());
+      body = await bodyUpTo(res, DRAIN_BYTES);
       if (!res.ok) throw new Error(`HTTP ${res.status}: ${body.subarray(0, 200).toString()}`);
       this.#connected = true;
     } catch (err) {
       if (this.#stopping) return;
+      if (err instanceof BodyTooLargeError) {
+        // Drained from the engine and not read: what it held is lost for every rank.
+        this.#counters.oversizeDrains++;
+        this.#warn('TensorRT-LLM drain over the bound refused; ranks cleared', { error: err.message });
+        this.#clearAll();
+        return;
+      }
       this.#counters.failedPolls++;
       if (this.#connected) this.#warn('TensorRT-LLM event drain failed', { error: (err as Error).message });
       this.#connected = false;
@@ -115,9 +127,14 @@ export class TrtllmHttpSource implements EventSource {
       // The drain is gone from the engine: whatever it held is lost for every rank.
       this.#counters.undecodable++;
       this.#warn('undecodable TensorRT-LLM drain skipped; ranks cleared', { error: err.message });
-      for (let r = 0; r < this.#opts.dpSize; r++) sink.clearRank(r);
-      this.#nextIds.clear();
+      this.#clearAll();
     }
+  }
+
+  /** Every rank cleared downstream, and their event ids forgotten (the next drain starts them). */
+  #clearAll(): void {
+    for (let r = 0; r < this.#opts.dpSize; r++) this.#sink?.clearRank(r);
+    this.#nextIds.clear();
   }
 
   #rank(rank: number): TrtllmRankStats {

@@ -1,3 +1,5 @@
+import { bodyUpTo } from './body.js';
+
 /**
  * GETs `path` from a kvplane node at `url`, as a router reads one (its `/healthz`, its
  * `/kv_recover`): within `timeoutMs`, with the node's bearer `token` if it has one, following no
@@ -33,21 +35,4 @@ export async function nodeGet(
     throw new Error(`HTTP ${res.status}`);
   }
   return bodyUpTo(res, o.limit);
-}
-
-async function bodyUpTo(res: Response, limit: number): Promise<Buffer> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  const reader = res.body?.getReader();
-  for (;;) {
-    const next = await reader?.read();
-    if (next === undefined || next.done) break;
-    size += next.value.length;
-    if (size > limit) {
-      await reader?.cancel();
-      throw new Error(`answer over ${limit} bytes`);
-    }
-    chunks.push(next.value);
-  }
-  return Buffer.concat(chunks);
 }
