@@ -1,6 +1,8 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request, type ServerResponse } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { decode as msgpackDecode, encode as msgpackEncode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
 import { IndexerServer, KvEventPublisher, KvGrpcServer, KvHttpServer, RouterIndex } from '../dist/index.mjs';
@@ -283,7 +285,7 @@ describe('kvplane indexer HTTP API: bad input', () => {
   });
 
   it('restores a state file holding two pairs of one name with the first only, and says so', async () => {
-    const stateFile = `/tmp/kvplane-ix-names-${process.pid}.json`;
+    const stateFile = join(tmpdir(), `kvplane-ix-names-${process.pid}.json`);
     const reg = (id: number, model: string, group: string) => ({
       instance_id: String(id),
       dp_rank: 0,
@@ -525,7 +527,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
       { type: 'stored', blockHashes: [11n, 12n, 13n], parentBlockHash: null, tokenIds: tokens, blockSize: 4 },
     ]);
     await publisher.flush();
-    const stateFile = `/tmp/kvplane-ix-${process.pid}.json`;
+    const stateFile = join(tmpdir(), `kvplane-ix-${process.pid}.json`);
     let ix = await IndexerServer.create({ host: '127.0.0.1', port: 0, stateFile });
     const reg = { instance_id: 42, url: `http://127.0.0.1:${http.port}`, model_name: 'm', block_size: 4 };
     expect((await post(ix.url, '/register', reg)).status).toBe(201);
