@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { createServer } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { type ClientReadableStream, credentials, makeGenericClientConstructor } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher, Subscriber } from 'zeromq';
@@ -41,6 +41,15 @@ async function enginePublisher(rank: number | null = null): Promise<KvEventPubli
   });
   cleanup.push(() => pub.close());
   return pub;
+}
+
+/** A node relaying the drains of `server` (a stand-in for trtllm-serve), 2 attention-DP ranks. */
+async function trtllmHttpNode(server: Server) {
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanup.push(() => new Promise((r) => server.close(r)));
+  const { port } = server.address() as { port: number };
+  const url = `http://127.0.0.1:${port}`;
+  return relayNode(['--engine', 'trtllm', '--engine-url', url, '--engine-poll-ms', '20', '--engine-dp-size', '2']);
 }
 
 /**
@@ -480,19 +489,7 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
       res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify(drains[served++] ?? []));
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanup.push(() => new Promise((r) => server.close(r)));
-    const { port } = server.address() as { port: number };
-    const { http } = await relayNode([
-      '--engine',
-      'trtllm',
-      '--engine-url',
-      `http://127.0.0.1:${port}`,
-      '--engine-poll-ms',
-      '20',
-      '--engine-dp-size',
-      '2',
-    ]);
+    const { http } = await trtllmHttpNode(server);
     for (let i = 0; i < 100 && served < drains.length + 1; i++) await sleep(50);
     await sleep(200);
     const d = (await (await fetch(`${http}/kv_recover`)).json()) as Dump;
@@ -552,19 +549,7 @@ describe('kvplane serve --engine vllm relays an engine publisher', () => {
       }
       res.end(']');
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanup.push(() => new Promise((r) => server.close(r)));
-    const { port } = server.address() as { port: number };
-    const { http } = await relayNode([
-      '--engine',
-      'trtllm',
-      '--engine-url',
-      `http://127.0.0.1:${port}`,
-      '--engine-poll-ms',
-      '20',
-      '--engine-dp-size',
-      '2',
-    ]);
+    const { http } = await trtllmHttpNode(server);
     const health = async () =>
       (
         (await (await fetch(`${http}/healthz`)).json()) as {
