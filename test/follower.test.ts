@@ -192,11 +192,26 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
   });
 
   it('refuses a replay or a loaded state far ahead of the live stream, and starts over when live batches fall far behind', () => {
-    // A replayed seq far ahead of the newest live batch is refused by whoever feeds the replay.
-    const f = new RankFollower({ replay: true, firstSeq: 0n, resync: true });
+    // A replayed seq more than 65,536 ahead of the newest live batch ends its fetch as failed.
+    const refused: string[] = [];
+    const onRefused = (what: string, seq: bigint) => refused.push(`${what}:${seq}`);
+    const h = new RankFollower({ replay: true, firstSeq: 0n, onRefused });
+    live(h, b(0));
+    expect(short(follow(h, h.live(b(5))))).toEqual(['f1']);
+    expect(short(follow(h, h.replayed(fetchId(h), b(1))))).toEqual(['a1']);
+    const fetch = fetchId(h);
+    expect(short(follow(h, h.replayed(fetch, b(65_542))))).toEqual(['c:gap', 'a5']);
+    expect(h.fetchWanted(fetch)).toBe(false);
+    expect(refused).toEqual(['replay:65542']);
+    expect(h.counters).toMatchObject({ unrecoverable: 1, applied: 3 });
+    // At the bound it is taken.
+    const k = new RankFollower({ replay: true, firstSeq: 0n, onRefused });
+    live(k, b(0));
+    follow(k, k.live(b(5)));
+    expect(short(follow(k, k.replayed(fetchId(k), b(65_541))))).toEqual(['c:gap', 'a65541']);
+    expect(refused).toHaveLength(1);
+    const f = new RankFollower({ replay: true, firstSeq: 0n, resync: true, onRefused });
     live(f, b(0));
-    expect(f.aheadOfLive(65_536n)).toBe(false);
-    expect(f.aheadOfLive(65_537n)).toBe(true);
     // A state loaded as of a seq far ahead counts as a failed load: cleared, and what was held
     // follows (before, every live batch after it was a duplicate).
     const gap = follow(f, f.live(b(5)));
@@ -204,6 +219,7 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
     const lose = follow(f, f.replayed(fetchId(f), b(3))); // 1 and 2 are gone: the state is loaded
     expect(lose.map((x) => x.kind)).toEqual(['resync']);
     expect(short(f.resynced(fetchId(f), 2n ** 62n))).toEqual(['c:gap', 'a5']);
+    expect(refused.at(-1)).toBe(`state:${2n ** 62n}`);
     expect(short(live(f, b(6)))).toEqual(['a6']);
     expect(f.counters).toMatchObject({ resynced: 0, duplicates: 0 });
     // Joining, before any live batch, a replay can only be taken as it comes; a live batch far

@@ -69,6 +69,11 @@ export interface FollowerOptions {
   resync?: boolean;
   /** Called after each counter is bumped (recoveries, restarts, clears, ...), as it happens. */
   onCount?: (what: keyof FollowerCounters) => void;
+  /**
+   * A replayed batch's seq, or the seq a loaded state reflects, refused as further ahead of the
+   * live stream than any in flight (`AHEAD_OF_LIVE_MAX`): the fetch or load failed, and why.
+   */
+  onRefused?: (what: 'replay' | 'state', seq: bigint) => void;
 }
 
 export class RankFollower {
@@ -82,7 +87,7 @@ export class RankFollower {
     heldDropped: 0,
     resynced: 0,
   };
-  readonly #opts: Required<FollowerOptions>;
+  readonly #opts: Required<Omit<FollowerOptions, 'onRefused'>> & Pick<FollowerOptions, 'onRefused'>;
   /** The seq expected next; `null` before the first batch. */
   #next: bigint | null = null;
   /** Live batches that arrived during a fetch, in arrival order. */
@@ -176,10 +181,13 @@ export class RankFollower {
 
   /**
    * Whether `seq` (a replayed batch's, or the seq a loaded state reflects) is further ahead of
-   * the newest live batch than `AHEAD_OF_LIVE_MAX`: then it is refused (the fetch or load fails).
+   * the newest live batch than `AHEAD_OF_LIVE_MAX`: then it is refused (the fetch or load fails,
+   * `onRefused` says so).
    */
-  aheadOfLive(seq: bigint): boolean {
-    return this.#lastLive !== null && seq > this.#lastLive + AHEAD_OF_LIVE_MAX;
+  #aheadOfLive(what: 'replay' | 'state', seq: bigint): boolean {
+    const ahead = this.#lastLive !== null && seq > this.#lastLive + AHEAD_OF_LIVE_MAX;
+    if (ahead) this.#opts.onRefused?.(what, seq);
+    return ahead;
   }
 
   /** Whether fetch `fetch` is the one in progress (its replies are wanted). */
@@ -251,9 +259,13 @@ export class RankFollower {
     return [this.#clear('gap'), ...this.#apply(batch)];
   }
 
-  /** A batch from the engine's replay, for fetch `fetch`. */
+  /**
+   * A batch from the engine's replay, for fetch `fetch`. One far ahead of the live stream ends
+   * the fetch as failed (`fetchWanted` is false after it: the rest of its replies are not read).
+   */
   replayed(fetch: number, batch: EngineBatch): FollowStep[] {
     if (!this.fetchWanted(fetch)) return [];
+    if (this.#aheadOfLive('replay', batch.seq)) return this.replayEnded(fetch, false);
     const next = this.#next ?? this.#opts.firstSeq;
     if (batch.seq < next) {
       this.#count('duplicates');
@@ -317,11 +329,11 @@ export class RankFollower {
 
   /**
    * The state `fetch` asked for was loaded, as of seq `lastSeq`: what was held follows it. A
-   * `lastSeq` past `aheadOfLive` is not this publisher's, and counts as a failed load.
+   * `lastSeq` far ahead of the live stream is not this publisher's, and counts as a failed load.
    */
   resynced(fetch: number, lastSeq: bigint): FollowStep[] {
     if (!this.#resyncing || fetch !== this.#fetch) return [];
-    if (this.aheadOfLive(lastSeq)) return this.resyncFailed(fetch);
+    if (this.#aheadOfLive('state', lastSeq)) return this.resyncFailed(fetch);
     this.#resyncing = false;
     this.#fetching = false;
     this.#overflowed = false;

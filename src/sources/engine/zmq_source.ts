@@ -363,6 +363,15 @@ class RankLink {
       firstSeq: source.options.firstSeq ?? ENGINE_FIRST_SEQ,
       resync: source.options.resync !== undefined,
       onCount: (what) => source.options.onCount?.(this.rank, what),
+      onRefused: (what, seq) => {
+        const why = `seq ${seq} is further ahead of the live stream than any in flight`;
+        // A loaded state was applied before its seq was refused: the rank is cleared after it.
+        this.lastError = what === 'state' ? `loaded state refused: its ${why}` : `replay refused: ${why}`;
+        this.#source.warn(what === 'state' ? 'loaded state refused' : 'engine replay refused', {
+          rank: this.ranks.join(','),
+          error: why,
+        });
+      },
     });
     this.#feed =
       source.options.liveFeed?.(endpoint) ??
@@ -531,14 +540,6 @@ class RankLink {
       }
     }
     if (this.#feed.closed) return;
-    if (last !== null && this.follower.aheadOfLive(last)) {
-      // Loaded, then cleared by the follower (`resynced` refuses it): said, not only counted.
-      this.lastError = `loaded state refused: its seq ${last} is further ahead of the live stream than any in flight`;
-      this.#source.warn('loaded state refused: its seq is further ahead of the live stream than any in flight', {
-        rank: this.ranks.join(','),
-        last_seq: last.toString(),
-      });
-    }
     this.#run(last === null ? this.follower.resyncFailed(fetch) : this.follower.resynced(fetch, last));
     this.#relayWaiting();
     this.#reopen();
@@ -547,8 +548,8 @@ class RankLink {
   /**
    * Asks the engine's replay socket for `from..`, feeding the follower until the end marker. A
    * replay that does not end within `REPLAY_DEADLINE_MS`, sends `REPLAY_MALFORMED_MAX` replies
-   * that are not batches, or a batch further ahead of the live stream than any in flight, fails
-   * (what the follower does with a replay that timed out).
+   * that are not batches, or whose connection drops, fails (what the follower does with a replay
+   * that timed out); one the follower refuses (a batch far ahead of the live stream) ends there.
    */
   async #fetch(dealer: Dealer, from: bigint, fetch: number): Promise<void> {
     let ok = false;
@@ -580,10 +581,9 @@ class RankLink {
           ok = true;
           break;
         }
-        const n = seq.readBigUInt64BE();
-        if (this.follower.aheadOfLive(n))
-          throw new Error(`seq ${n} is further ahead of the live stream than any in flight`);
-        this.#run(this.follower.replayed(fetch, { seq: n, payload }));
+        this.#run(this.follower.replayed(fetch, { seq: seq.readBigUInt64BE(), payload }));
+        // Refused (far ahead of the live stream): the follower ended this fetch.
+        if (!this.follower.fetchWanted(fetch)) break;
         if (!dealer.readable) this.#relayWaiting();
       }
     } catch (err) {
