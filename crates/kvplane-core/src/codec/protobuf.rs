@@ -129,17 +129,11 @@ pub fn put_packed_u64s(out: &mut Vec<u8>, field: u32, vals: &[u64]) {
 pub struct Reader<'a> {
   buf: &'a [u8],
   pos: usize,
-  /// The field number of the last key read: the one a group `skip` begins.
-  last_field: u32,
 }
 
 impl<'a> Reader<'a> {
   pub fn new(buf: &'a [u8]) -> Reader<'a> {
-    Reader {
-      buf,
-      pos: 0,
-      last_field: 0,
-    }
+    Reader { buf, pos: 0 }
   }
 
   pub fn err<T>(&self, what: &str) -> KvResult<T> {
@@ -206,18 +200,18 @@ impl<'a> Reader<'a> {
     if field == 0 || field > u32::MAX as u64 >> 3 {
       return self.err("invalid field number");
     }
-    self.last_field = field as u32;
     Ok((field as u32, (k & 7) as u8))
   }
 
-  /// Skips the field whose key was read last; a group with all it holds, to the end that
-  /// carries its field number (an end of another field is refused, as protobuf's parsers do).
-  pub fn skip(&mut self, wire: u8) -> KvResult<()> {
+  /// Skips the field whose key `(field, wire)` was just read; a group with all it holds, to the
+  /// end that carries its field number (an end of another field is refused, as protobuf's
+  /// parsers do).
+  pub fn skip(&mut self, field: u32, wire: u8) -> KvResult<()> {
     if wire != SGROUP {
       return self.skip_one(wire);
     }
     let mut open = [0u32; MAX_GROUP_DEPTH];
-    open[0] = self.last_field;
+    open[0] = field;
     let mut depth = 1;
     while depth > 0 {
       if self.done() {
@@ -333,26 +327,18 @@ mod tests {
     let mut r = Reader::new(&b);
     let (field, wire) = r.key().unwrap();
     assert_eq!((field, wire), (5, SGROUP));
-    r.skip(wire).unwrap();
+    r.skip(field, wire).unwrap();
     assert_eq!(r.key().unwrap(), (1, VARINT));
     assert_eq!(r.varint().unwrap(), 7);
     // An end with no start, a group never ended, and groups nested past the bound.
     let mut stray = Vec::new();
     put_key(&mut stray, 5, EGROUP);
-    let mut r = Reader::new(&stray);
-    let (_, wire) = r.key().unwrap();
-    assert!(r.skip(wire).is_err());
+    assert!(skip_err(&stray).contains("unsupported wire type"));
     let mut open = Vec::new();
     put_key(&mut open, 5, SGROUP);
     put_key(&mut open, 1, VARINT);
     put_varint(&mut open, 1);
-    let mut r = Reader::new(&open);
-    let (_, wire) = r.key().unwrap();
-    assert!(r
-      .skip(wire)
-      .unwrap_err()
-      .to_string()
-      .contains("never ended"));
+    assert!(skip_err(&open).contains("never ended"));
     // A group ended by another field's end (field 5 opened, 6 closed), nested or not.
     for nested in [false, true] {
       let mut crossed = Vec::new();
@@ -363,21 +349,20 @@ mod tests {
       }
       put_key(&mut crossed, 6, EGROUP);
       put_key(&mut crossed, 5, EGROUP);
-      let mut r = Reader::new(&crossed);
-      let (_, wire) = r.key().unwrap();
-      assert!(r
-        .skip(wire)
-        .unwrap_err()
-        .to_string()
-        .contains("another field"));
+      assert!(skip_err(&crossed).contains("another field"));
     }
     let mut deep = Vec::new();
     for _ in 0..100 {
       put_key(&mut deep, 5, SGROUP);
     }
-    let mut r = Reader::new(&deep);
-    let (_, wire) = r.key().unwrap();
-    assert!(r.skip(wire).unwrap_err().to_string().contains("too deep"));
+    assert!(skip_err(&deep).contains("too deep"));
+  }
+
+  /// Reads the first key of `b` and skips its field: the error's text.
+  fn skip_err(b: &[u8]) -> String {
+    let mut r = Reader::new(b);
+    let (field, wire) = r.key().unwrap();
+    r.skip(field, wire).unwrap_err().to_string()
   }
 
   #[test]

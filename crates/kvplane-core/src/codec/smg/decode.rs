@@ -41,7 +41,7 @@ pub fn decode_subscribe_request(bytes: &[u8]) -> KvResult<SubscribeRequest> {
     match field {
       SUBSCRIBE_START_SEQUENCE_NUMBER => out.start = p.varint_field(wire)?,
       SUBSCRIBE_LOAD_RECORDS_EARLY => out.load_records_early = p.varint_field(wire)? != 0,
-      _ => p.skip(wire)?,
+      _ => p.skip(field, wire)?,
     }
   }
   Ok(out)
@@ -72,12 +72,12 @@ pub fn batch_head(bytes: &[u8]) -> KvResult<BatchHead> {
           match f {
             SNAPSHOT_INDEX => index = q.varint_field(w)?,
             SNAPSHOT_COUNT => count = q.varint_field(w)?,
-            _ => q.skip(w)?,
+            _ => q.skip(f, w)?,
           }
         }
         head.snapshot_rest = Some(count.saturating_sub(index.saturating_add(1)));
       }
-      _ => p.skip(wire)?,
+      _ => p.skip(field, wire)?,
     }
   }
   Ok(head)
@@ -114,7 +114,7 @@ pub fn decode_batch(bytes: &[u8]) -> KvResult<DecodedProtoBatch> {
         }
       }
       BATCH_DP_RANK => out.batch.dp_rank = Some(i32_of(p.varint_field(wire)?, "dp_rank")?),
-      _ => p.skip(wire)?,
+      _ => p.skip(field, wire)?,
     }
   }
   Ok(out)
@@ -135,7 +135,7 @@ fn decode_event(bytes: &[u8]) -> KvResult<(u64, Option<KvEvent>)> {
         p.bytes_field(wire)?;
         ev = Some(KvEvent::Cleared);
       }
-      _ => p.skip(wire)?,
+      _ => p.skip(field, wire)?,
     }
   }
   Ok((id, ev))
@@ -156,7 +156,7 @@ fn decode_extra_key(bytes: &[u8]) -> KvResult<Value> {
       },
       EXTRA_KEY_MULTIMODAL => decode_multimodal_key(p.bytes_field(wire)?)?,
       _ => {
-        p.skip(wire)?;
+        p.skip(field, wire)?;
         v
       }
     };
@@ -173,7 +173,7 @@ fn decode_multimodal_key(bytes: &[u8]) -> KvResult<Value> {
     match f {
       MULTIMODAL_IDENTIFIER => id = m.string_field(w)?,
       MULTIMODAL_OFFSET => offset = m.varint_field(w)? as i64,
-      _ => m.skip(w)?,
+      _ => m.skip(f, w)?,
     }
   }
   let offset = if offset < 0 {
@@ -213,7 +213,7 @@ fn decode_block(bytes: &[u8]) -> KvResult<Block> {
       BLOCK_LORA_ID => out.lora = Some(b.varint_field(w)? as i64),
       BLOCK_CACHE_LEVEL => out.level = Some(i32_of(b.varint_field(w)?, "cache_level")?),
       BLOCK_EXTRA_KEYS => out.extra_keys.push(decode_extra_key(b.bytes_field(w)?)?),
-      _ => b.skip(w)?,
+      _ => b.skip(f, w)?,
     }
   }
   if out.size < 0 {
@@ -275,7 +275,7 @@ fn decode_stored(bytes: &[u8]) -> KvResult<KvEvent> {
       STORED_SESSION_ID => s.session_id = Some(p.string_field(wire)?),
       STORED_LORA_NAME => s.lora_name = Some(p.string_field(wire)?),
       STORED_CACHE_SALT => s.cache_salt = Some(p.string_field(wire)?),
-      _ => p.skip(wire)?,
+      _ => p.skip(field, wire)?,
     }
   }
   if s.medium.is_none() {
@@ -308,7 +308,7 @@ fn decode_removed(bytes: &[u8]) -> KvResult<KvEvent> {
       REMOVED_GROUP_IDX => r.group_idx = Some(p.varint_field(wire)? as u32),
       REMOVED_LOCALITY => r.locality = locality_name(p.varint_field(wire)?),
       REMOVED_OWNERSHIP => r.ownership = Some(p.string_field(wire)?),
-      _ => p.skip(wire)?,
+      _ => p.skip(field, wire)?,
     }
   }
   if r.medium.is_none() {

@@ -145,7 +145,7 @@ impl RankLoad {
         SL_MAX_TOTAL_TOKENS => r.max_total_tokens = Some(p.varint_field(wire)?),
         f => match SECTIONS.iter().find(|(from, _)| *from == f) {
           Some(&(_, to)) => r.sections.push((to, p.bytes_field(wire)?.to_vec())),
-          None => p.skip(wire)?,
+          None => p.skip(field, wire)?,
         },
       }
     }
@@ -203,7 +203,7 @@ impl EngineLoads {
       let (field, wire) = p.key()?;
       match field {
         RESPONSE_LOADS => ranks.push(RankLoad::decode(p.bytes_field(wire)?)?),
-        _ => p.skip(wire)?,
+        _ => p.skip(field, wire)?,
       }
     }
     Ok(EngineLoads { ranks })
@@ -263,7 +263,7 @@ fn batch_dp_rank(batch: &[u8]) -> KvResult<Option<i32>> {
     } else if wire == LEN {
       p.bytes()?;
     } else {
-      p.skip(wire)?;
+      p.skip(field, wire)?;
     }
   }
   Ok(rank)

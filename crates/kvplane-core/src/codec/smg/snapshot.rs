@@ -319,7 +319,7 @@ mod tests {
         }
         return out;
       }
-      p.skip(wire).unwrap();
+      p.skip(field, wire).unwrap();
     }
     panic!("no snapshot field");
   }
@@ -400,7 +400,7 @@ mod tests {
           }
           return 0;
         }
-        p.skip(w).unwrap();
+        p.skip(f, w).unwrap();
       }
       0
     };
