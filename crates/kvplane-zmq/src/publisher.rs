@@ -12,7 +12,7 @@ use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdTcpListener};
 use std::os::unix::net::UnixListener as StdUnixListener;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
@@ -81,10 +81,6 @@ struct Queue {
 struct Peer {
   queue: Mutex<Queue>,
   wake: Notify,
-  gone: AtomicBool,
-  /// Told to every waiter once the peer is gone (left, or cut off): a write blocked on a peer
-  /// that stopped reading ends with it, and so does its connection.
-  ended: Notify,
 }
 
 impl Peer {
@@ -348,14 +344,22 @@ async fn peer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, shared: 
   let peer = Arc::new(Peer {
     queue: Mutex::new(Queue::default()),
     wake: Notify::new(),
-    gone: AtomicBool::new(false),
-    ended: Notify::new(),
   });
   shared.peers().push(peer.clone());
-  // Aborted with this task too (the reader holds half the connection open).
-  let reader = AbortOnDrop(tokio::spawn(subscriptions(r, peer.clone(), shared.clone())));
+  // The connection lasts while its reader does: once the peer leaves or is cut off, the writer
+  // is dropped where it stands, a write blocked on a peer that stopped reading with it.
+  let _ = unless(
+    write_queued(&mut w, &peer),
+    subscriptions(r, peer.clone(), shared.clone()),
+  )
+  .await;
+  shared.peers().retain(|p| !Arc::ptr_eq(p, &peer));
+}
+
+/// Writes what is queued for `peer` as it comes, until a write fails.
+async fn write_queued<W: AsyncWrite + Unpin>(w: &mut W, peer: &Peer) -> io::Result<()> {
   let mut buf = Vec::with_capacity(64 << 10);
-  while !peer.gone.load(Relaxed) {
+  loop {
     let batch: Vec<Message> = {
       let mut q = peer.queue();
       let batch: Vec<Message> = q.msgs.drain(..).collect();
@@ -366,21 +370,10 @@ async fn peer<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(s: S, shared: 
       peer.wake.notified().await;
       continue;
     }
-    // Listening for the end before looking at `gone`, so an end between the two is not missed.
-    let mut ended = std::pin::pin!(peer.ended.notified());
-    ended.as_mut().enable();
-    if peer.gone.load(Relaxed) {
-      break;
-    }
-    match unless(write_messages(&mut w, &batch, &mut buf), ended).await {
-      Some(Ok(())) => {}
-      Some(Err(_)) | None => break,
-    }
+    write_messages(w, &batch, &mut buf).await?;
     crate::runtime::worked(batch.len());
     peer.queue().writing = 0;
   }
-  drop(reader);
-  shared.peers().retain(|p| !Arc::ptr_eq(p, &peer));
 }
 
 /// `fut`'s output, or `None` if `stop` completes first (`fut` is then dropped).
@@ -397,14 +390,6 @@ async fn unless<F: Future>(fut: F, stop: impl Future<Output = ()>) -> Option<F::
     Poll::Pending
   })
   .await
-}
-
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-  fn drop(&mut self) {
-    self.0.abort();
-  }
 }
 
 /// Writes messages as ZMTP frames: small frames gathered in `buf`, large ones written as they are.
@@ -468,9 +453,6 @@ async fn subscriptions<R: AsyncRead + Unpin>(mut r: R, peer: Arc<Peer>, shared: 
       _ => {}
     }
   }
-  peer.gone.store(true, Relaxed);
-  peer.wake.notify_one();
-  peer.ended.notify_waiters();
 }
 
 #[cfg(test)]
