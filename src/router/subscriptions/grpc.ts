@@ -2,7 +2,7 @@ import type { Client, ClientReadableStream, Metadata, ServiceError } from '@grpc
 import { grpcJs } from '../../optional.js';
 import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
 import { status, statusName } from '../../transports/grpc/status.js';
-import { checkCount, MAX_FRAME_BYTES } from '../../transports/zmq/config.js';
+import { checkCount, INT32_MAX, MAX_FRAME_BYTES } from '../../transports/zmq/config.js';
 import {
   appliedSoTrimLater,
   Backoff,
@@ -56,9 +56,6 @@ const STABLE_STREAM_MS = 5000;
 /** How long a resumed call must stand on a connected channel to count as live without headers. */
 const RESUME_SETTLE_MS = 500;
 const DEFAULT_SNAPSHOT_STALL_MS = 30_000;
-
-/** grpc-js takes its channel options as 32-bit integers. */
-const INT32_MAX = 2 ** 31 - 1;
 
 /** A kvplane node's epoch (a u64 in decimal), or `undefined` for anything else. */
 function parseEpoch(v: string): bigint | undefined {

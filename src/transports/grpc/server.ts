@@ -17,6 +17,7 @@ import type { EncodedBatches } from '../../stream/batches.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { bearerMatches } from '../auth.js';
 import { idleConnectionMs } from '../idle.js';
+import { checkCount, INT32_MAX } from '../zmq/config.js';
 import { ENGINE_METHODS, type EngineMethod } from './engine_methods.js';
 import { EngineLoadPoller, type LoadPollStats } from './loads.js';
 import { decodeSubscribeRequest, encodeHealthResponse, KV_EVENT_SERVICES, rawMethod } from './services.js';
@@ -207,28 +208,14 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     this.#server = server;
     this.#stream = opts.stream;
     this.#token = opts.authToken;
-    this.#maxLag = opts.maxLagBatches ?? DEFAULT_MAX_LAG;
-    this.#snapshotBlocks = opts.snapshotChunkBlocks ?? DEFAULT_SNAPSHOT_CHUNK_BLOCKS;
-    this.#maxSnapshots = opts.maxSnapshots ?? DEFAULT_MAX_SNAPSHOTS;
-    this.#maxSubscribers = opts.maxSubscribers ?? DEFAULT_MAX_SUBSCRIBERS;
-    if (!Number.isInteger(this.#maxSubscribers) || this.#maxSubscribers < 1) {
-      throw new KvPlaneError(
-        'ERR_INVALID_ARG',
-        `maxSubscribers must be a positive integer, got ${this.#maxSubscribers}`,
-      );
-    }
-    if (!Number.isInteger(this.#maxSnapshots) || this.#maxSnapshots < 1) {
-      throw new KvPlaneError('ERR_INVALID_ARG', `maxSnapshots must be a positive integer, got ${this.#maxSnapshots}`);
-    }
-    if (!Number.isInteger(this.#snapshotBlocks) || this.#snapshotBlocks < 1) {
-      throw new KvPlaneError(
-        'ERR_INVALID_ARG',
-        `snapshotChunkBlocks must be a positive integer, got ${this.#snapshotBlocks}`,
-      );
-    }
-    if (!Number.isInteger(this.#maxLag) || this.#maxLag < 1) {
-      throw new KvPlaneError('ERR_INVALID_ARG', `maxLagBatches must be a positive integer, got ${this.#maxLag}`);
-    }
+    this.#maxLag = checkCount('maxLagBatches', opts.maxLagBatches ?? DEFAULT_MAX_LAG, INT32_MAX);
+    this.#snapshotBlocks = checkCount(
+      'snapshotChunkBlocks',
+      opts.snapshotChunkBlocks ?? DEFAULT_SNAPSHOT_CHUNK_BLOCKS,
+      INT32_MAX,
+    );
+    this.#maxSnapshots = checkCount('maxSnapshots', opts.maxSnapshots ?? DEFAULT_MAX_SNAPSHOTS, INT32_MAX);
+    this.#maxSubscribers = checkCount('maxSubscribers', opts.maxSubscribers ?? DEFAULT_MAX_SUBSCRIBERS, INT32_MAX);
     if (opts.authToken !== undefined && (typeof opts.authToken !== 'string' || opts.authToken === '')) {
       throw new KvPlaneError('ERR_INVALID_ARG', 'authToken must be a non-empty string');
     }

@@ -146,6 +146,10 @@ export function endpointForRank(endpoint: string, rank: number): string {
   return endpoint;
 }
 
+/** The largest count grpc-js takes in its options (32-bit integers). */
+export const INT32_MAX = 2 ** 31 - 1;
+
+/** `v` checked as an integer in `1..max` (`ERR_INVALID_ARG` naming `name` otherwise). */
 export function checkCount(name: string, v: number, max: number): number {
   if (!Number.isInteger(v) || v < 1 || v > max) invalidArg(`${name} is ${v}: an integer in 1..${max}`);
   return v;
