@@ -12,9 +12,11 @@
       call HealthCheck on SERVICE and print {"healthy": bool, "message": "..."} (TensorRT-LLM:
       {"status": "..."}), or {"code": "CODE_NAME", "details": "..."} on a non-OK status.
 
-  grpc_peer.py generate ADDRESS TEXT
+  grpc_peer.py generate ADDRESS TEXT [MAX_TOKENS ROUNDS]
       one vLLM Generate of TEXT (max_tokens 1) and print {"outputs": n} once the stream ends, or
-      {"code": ..., "details": ...}.
+      {"code": ..., "details": ...}. With MAX_TOKENS and ROUNDS: ROUNDS streamed Generates of up
+      to MAX_TOKENS tokens, one line each: {"chunks": n, "complete": bool} (the stream's chunks,
+      and whether its last message was the GenerateComplete), or the status as above.
 
 Snapshot chunks carry "snapshot": {"index", "count", "blocks"} as well ("unknown_before" when
 it is not 0); batches with a load record carry "load": the EngineLoad fields that are set, by their
@@ -100,6 +102,24 @@ def health(address: str, service: str) -> None:
             emit({"healthy": r.healthy, "message": r.message})
 
 
+def generate_streamed(address: str, text: str, max_tokens: int, rounds: int) -> None:
+    with grpc.insecure_channel(address) as channel:
+        stub = vllm_engine_pb2_grpc.VllmEngineStub(channel)
+        for r in range(rounds):
+            req = vllm_engine_pb2.GenerateRequest(
+                request_id=f"r{r}", text=text, stream=True,
+                sampling_params=vllm_engine_pb2.SamplingParams(max_tokens=max_tokens))
+            chunks, complete = 0, False
+            try:
+                for m in stub.Generate(req, timeout=30):
+                    complete = m.HasField("complete")
+                    chunks += 0 if complete else 1
+            except grpc.RpcError as err:
+                emit({"code": err.code().name, "details": err.details()})
+                continue
+            emit({"chunks": chunks, "complete": complete})
+
+
 def generate(address: str, text: str) -> None:
     with grpc.insecure_channel(address) as channel:
         req = vllm_engine_pb2.GenerateRequest(request_id="warm-up", text=text,
@@ -115,6 +135,9 @@ def generate(address: str, text: str) -> None:
 def main() -> None:
     if sys.argv[1] == "health":
         health(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "generate" and len(sys.argv) > 4:
+        generate_streamed(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
         return
     if sys.argv[1] == "generate":
         generate(sys.argv[2], sys.argv[3])

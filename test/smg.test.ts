@@ -368,6 +368,16 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     await until(() => engine.cancelled.includes('GetLoads'), 'the engine call ended by its deadline');
   }, 30_000);
 
+  it('passes on every message of a stream before its status, to a caller reading slower than the engine writes', async () => {
+    // SMG's vLLM servicer stand-in streaming 300 tokens at once, a grpcio caller (both Python).
+    const engine = await standInEngine('--output-tokens', '300', '--token-delay-ms', '0');
+    const { address } = await node({ upstream: engine, services: [VLLM], loadPollMs: 0 });
+    const rounds = await runGrpcPeer(['generate', address, 'hello world', '300', '20']);
+    // Before, most lost their last chunks and the GenerateComplete (held while the caller's side
+    // was full when the engine's status came) and still ended OK.
+    expect(rounds).toEqual(Array(20).fill({ chunks: 300, complete: true }));
+  }, 60_000);
+
   it('HealthCheck goes to the engine while kvplane is healthy; an engine that is down is UNAVAILABLE while SubscribeKvEvents keeps serving', async () => {
     const engine = await upstreamEngine();
     let healthy = true;
@@ -409,8 +419,11 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
 });
 
 /** SMG's vLLM servicer stand-in (scripts/smg_engine.py, grpcio on smg-grpc-proto): its address. */
-async function standInEngine(): Promise<string> {
-  const proc = spawn('python3', [repoPath('scripts/smg_engine.py'), '--max-num-seqs', '96', '--num-blocks', '512']);
+async function standInEngine(...args: string[]): Promise<string> {
+  const proc = spawn('python3', [
+    repoPath('scripts/smg_engine.py'),
+    ...['--max-num-seqs', '96', '--num-blocks', '512', ...args],
+  ]);
   cleanup.push(() => proc.kill('SIGKILL'));
   const first = await new Promise<string>((resolve, reject) => {
     createInterface({ input: proc.stdout }).once('line', resolve);

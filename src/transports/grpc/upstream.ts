@@ -153,7 +153,11 @@ function forwarded(md: Metadata): Metadata {
   return out;
 }
 
-/** The engine's responses to the caller, at the caller's pace; its status ends the call. */
+/**
+ * The engine's responses to the caller, at the caller's pace; its status ends the call once every
+ * response has been passed on. (grpc-js reports the status as soon as it arrives, while a stream
+ * paused for a slow caller may still hold responses: ending the call then would drop them.)
+ */
 function pipeDown(
   up: ClientReadableStream<Buffer> | ClientDuplexStream<Buffer, Buffer>,
   call: ServerWritableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
@@ -165,12 +169,28 @@ function pipeDown(
       call.once('drain', () => up.resume());
     }
   });
-  // `error` carries a non-OK status; `status` comes for every end.
+  let final: StatusObject | null = null;
+  let read = false;
+  let ended = false;
+  const end = () => {
+    if (ended || final === null || !read) return;
+    ended = true;
+    if (final.code === status.OK) call.end(final.metadata);
+    else call.emit('error', Object.assign(new Error(final.details), final) as ServiceError);
+  };
+  // `error` carries a non-OK status; `status` comes for every end, `end` once all is read (a
+  // stream closed without it has nothing more to give).
   up.on('error', () => {});
   up.on('status', (s: StatusObject) => {
-    if (s.code === status.OK) call.end(s.metadata);
-    else call.emit('error', Object.assign(new Error(s.details), s) as ServiceError);
+    final = s;
+    end();
   });
+  for (const ev of ['end', 'close'] as const) {
+    up.on(ev, () => {
+      read = true;
+      end();
+    });
+  }
   call.on('cancelled', () => up.cancel());
 }
 
