@@ -10,8 +10,11 @@
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
 export declare class NativeEngineLoads {
-  /** Reads an engine's `GetLoadsResponse`. */
-  constructor(answer: Buffer)
+  /**
+   * Reads the `GetLoadsResponse` of engine service `service` (a full service name: each
+   * engine numbers its `SchedulerLoad` fields its own way).
+   */
+  constructor(answer: Buffer, service: string)
   /** The DP ranks the answer covers. */
   get ranks(): Array<number>
   /** `KvEventBatch` bytes with the load record of the batch's rank appended. */

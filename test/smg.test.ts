@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import {
   type Client,
@@ -25,6 +25,7 @@ import {
   rawMethod,
   subscribeDefinition,
 } from '../src/index.js';
+import native from '../src/native.js';
 import { FROM_SEQ_1, repoPath, runGrpcPeer, sleep, storedBlock as stored, until } from './fixtures.js';
 
 // SMG's side of a worker (docs/protocol.md#snapshots, #grpc-upstream): snapshots for a
@@ -437,6 +438,51 @@ interface LoadBatch extends PeerBatch {
 }
 
 describe('load records: the engine’s GetLoads as EngineLoad on the stream', () => {
+  it('reads each engine’s SchedulerLoad by its own field numbers (vLLM, SGLang, TokenSpeed), as the official runtime writes and reads them', async () => {
+    const peer = (...args: string[]) =>
+      JSON.parse(execFileSync('python3', [repoPath('scripts/loads_peer.py'), ...args], { encoding: 'utf8' }));
+    // What every engine reports (rank 1 adds 1 to its counts), and what only some have.
+    const common = {
+      running_requests: 4,
+      waiting_requests: 5,
+      waiting_uncached_tokens: 901,
+      token_usage: 0.25,
+      gen_throughput: 99.5,
+      max_running_requests: 256,
+      age_ms: 40,
+      sample: '3',
+      load_only: true,
+      cache_hit_rate: 0.5,
+      num_used_tokens: 5001,
+      max_total_num_tokens: 6000,
+    };
+    const memory = { weight_gb: 1.5, token_capacity: 7 };
+    const queues = { waiting: 2, paused: 1 };
+    const want: Record<string, Record<string, unknown>> = {
+      [VLLM]: common,
+      'sglang.grpc.scheduler.SglangScheduler': {
+        ...common,
+        memory,
+        queues,
+        speculative: { accept_rate: 0.875 },
+        lora: { slots_used: 1 },
+        disaggregation: { mode: 'prefill' },
+      },
+      'tokenspeed.grpc.scheduler.TokenSpeedScheduler': { ...common, memory, queues, active_token_usage: 0.125 },
+    };
+    for (const [service, record] of Object.entries(want)) {
+      const engine = service.split('.')[0] as string;
+      const answer = Buffer.from(peer('answer', engine).hex, 'hex');
+      const loads = new native.NativeEngineLoads(answer, service);
+      expect(loads.ranks).toEqual([0, 1]);
+      const rank1 = loads.loadOnly(9n, 1.0, 3n, 40, true)[1] as Buffer;
+      expect([service, peer('record', rank1.toString('hex'))]).toEqual([service, record]);
+    }
+    expect(() => new native.NativeEngineLoads(Buffer.alloc(0), 'trtllm.TrtllmService')).toThrow(
+      expect.objectContaining({ code: 'ERR_INVALID_ARG' }),
+    );
+  });
+
   it('attaches each batch’s record, keeps an idle stream’s load current with load_only batches, and sends early ones only to a peer that asks', async () => {
     const engine = await standInEngine();
     const { pub, grpc, address } = await node({ upstream: engine, services: [VLLM], loadPollMs: 100 });

@@ -3,7 +3,7 @@
 
 use crate::convert::bigint_u64;
 use crate::error::{guard_js, Code};
-use kvplane_core::codec::smg::{get_loads_request as request, EngineLoads, RecordOpts};
+use kvplane_core::codec::smg::{get_loads_request as request, EngineLoads, LoadLayout, RecordOpts};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 
@@ -29,12 +29,13 @@ fn opts(sample: &BigInt, age_ms: u32, telemetry: bool) -> kvplane_core::KvResult
 
 #[napi]
 impl NativeEngineLoads {
-  /// Reads an engine's `GetLoadsResponse`.
+  /// Reads the `GetLoadsResponse` of engine service `service` (a full service name: each
+  /// engine numbers its `SchedulerLoad` fields its own way).
   #[napi(constructor)]
-  pub fn new(answer: Buffer) -> Result<Self, Code> {
+  pub fn new(answer: Buffer, service: String) -> Result<Self, Code> {
     guard_js(|| {
       Ok(NativeEngineLoads {
-        inner: EngineLoads::decode(&answer)?,
+        inner: EngineLoads::decode(&answer, LoadLayout::of_service(&service)?)?,
       })
     })
   }

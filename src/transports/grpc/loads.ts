@@ -5,6 +5,12 @@ import { ENGINE_METHODS } from './engine_methods.js';
 import { status } from './status.js';
 import type { GrpcUpstream } from './upstream.js';
 
+/**
+ * Poll intervals an answer stays current for: how old a sent record may be, and how long a poll
+ * may take (a slow engine's answer is still one worth sending).
+ */
+const CURRENT_FOR_INTERVALS = 3;
+
 /** The engine's latest load, as the streams' records carry it. */
 export interface CurrentLoad {
   loads: Native.NativeEngineLoads;
@@ -64,7 +70,7 @@ export class EngineLoadPoller implements LoadFeed {
     const l = this.#latest;
     if (l === null) return null;
     const ageMs = Date.now() - l.at;
-    return ageMs > 3 * this.#intervalMs ? null : { loads: l.loads, ageMs };
+    return ageMs > CURRENT_FOR_INTERVALS * this.#intervalMs ? null : { loads: l.loads, ageMs };
   }
 
   async #loop(): Promise<void> {
@@ -81,8 +87,9 @@ export class EngineLoadPoller implements LoadFeed {
     const known = this.stats.service;
     for (const service of known === null ? this.#services : [known]) {
       try {
-        const answer = await this.#upstream.unary(`/${service}/GetLoads`, this.#request, this.#intervalMs);
-        this.#latest = { loads: callNative(() => new native.NativeEngineLoads(answer)), at: Date.now() };
+        const deadlineMs = CURRENT_FOR_INTERVALS * this.#intervalMs;
+        const answer = await this.#upstream.unary(`/${service}/GetLoads`, this.#request, deadlineMs);
+        this.#latest = { loads: callNative(() => new native.NativeEngineLoads(answer, service)), at: Date.now() };
         this.stats.service = service;
         this.stats.polls++;
         this.#onPoll();

@@ -1,34 +1,17 @@
 //! Load records (`KvEventBatch.load`, an `EngineLoad`; docs/protocol.md#load-records): the
 //! engine's `GetLoads` answer (vLLM's, SGLang's and TokenSpeed's `GetLoadsResponse`, one
-//! `SchedulerLoad` per DP rank, the same field numbers in all three) turned into the records a
-//! `SubscribeKvEvents` stream carries: appended to each batch for its rank, and sent alone in
-//! `load_only` batches between them.
+//! `SchedulerLoad` per DP rank, each engine's with its own field numbers: `LoadLayout`) turned
+//! into the records a `SubscribeKvEvents` stream carries: appended to each batch for its rank,
+//! and sent alone in `load_only` batches between them.
 
 use super::encode::{put_batch_head, put_dp_rank};
 use super::BATCH_DP_RANK;
 use crate::codec::protobuf::{put_key, put_len_delimited, put_varint, Reader, I64, LEN, VARINT};
-use crate::error::KvResult;
+use crate::error::{ErrorCode, KvError, KvResult};
 
-// `GetLoadsRequest` / `GetLoadsResponse`
+// `GetLoadsRequest` / `GetLoadsResponse` (the same in all three)
 const REQUEST_INCLUDE: u32 = 2;
 const RESPONSE_LOADS: u32 = 4;
-
-// `SchedulerLoad`
-const SL_DP_RANK: u32 = 1;
-const SL_RUNNING: u32 = 2;
-const SL_WAITING: u32 = 3;
-const SL_USED_TOKENS: u32 = 5;
-const SL_MAX_TOTAL_TOKENS: u32 = 6;
-const SL_TOKEN_USAGE: u32 = 7;
-const SL_GEN_THROUGHPUT: u32 = 8;
-const SL_CACHE_HIT_RATE: u32 = 9;
-const SL_MAX_RUNNING: u32 = 11;
-const SL_MEMORY: u32 = 12;
-const SL_SPECULATIVE: u32 = 13;
-const SL_LORA: u32 = 14;
-const SL_DISAGGREGATION: u32 = 15;
-const SL_QUEUES: u32 = 16;
-const SL_WAITING_UNCACHED: u32 = 17;
 
 // `KvEventBatch.load` and `EngineLoad`
 const BATCH_LOAD: u32 = 8;
@@ -49,16 +32,87 @@ const LOAD_QUEUES: u32 = 14;
 const LOAD_SPECULATIVE: u32 = 15;
 const LOAD_LORA: u32 = 16;
 const LOAD_DISAGGREGATION: u32 = 17;
+const LOAD_ACTIVE_TOKEN_USAGE: u32 = 18;
 
-/// The `SchedulerLoad` sections `EngineLoad` mirrors field for field, copied through as they
-/// came: (GetLoads field, EngineLoad field).
-const SECTIONS: [(u32, u32); 5] = [
-  (SL_MEMORY, LOAD_MEMORY),
-  (SL_QUEUES, LOAD_QUEUES),
-  (SL_SPECULATIVE, LOAD_SPECULATIVE),
-  (SL_LORA, LOAD_LORA),
-  (SL_DISAGGREGATION, LOAD_DISAGGREGATION),
-];
+/// Where one engine's `SchedulerLoad` (smg-grpc-proto 0.4.28) keeps what a record carries. All
+/// three put `dp_rank`, the request counts and the token totals at 1-6; they part from 7 on.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LoadLayout {
+  dp_rank: u32,
+  running: u32,
+  waiting: u32,
+  used_tokens: u32,
+  max_total_tokens: u32,
+  token_usage: u32,
+  gen_throughput: u32,
+  cache_hit_rate: u32,
+  max_running: u32,
+  waiting_uncached: u32,
+  /// The engine's own share of tokens in use by requests in flight, where it reports one.
+  active_token_usage: Option<u32>,
+  /// The sections `EngineLoad` mirrors field for field, copied through as they came:
+  /// (`SchedulerLoad` field, `EngineLoad` field).
+  sections: &'static [(u32, u32)],
+}
+
+/// `vllm.grpc.engine.VllmEngine`: no sections; the uncached count at 12.
+pub const VLLM_LOADS: LoadLayout = LoadLayout {
+  dp_rank: 1,
+  running: 2,
+  waiting: 3,
+  used_tokens: 5,
+  max_total_tokens: 6,
+  token_usage: 7,
+  gen_throughput: 8,
+  cache_hit_rate: 9,
+  max_running: 11,
+  waiting_uncached: 12,
+  active_token_usage: None,
+  sections: &[],
+};
+
+/// `sglang.grpc.scheduler.SglangScheduler`: vLLM's numbers to 11, its sections at 12-16, the
+/// uncached count at 17.
+pub const SGLANG_LOADS: LoadLayout = LoadLayout {
+  waiting_uncached: 17,
+  sections: &[
+    (12, LOAD_MEMORY),
+    (13, LOAD_SPECULATIVE),
+    (14, LOAD_LORA),
+    (15, LOAD_DISAGGREGATION),
+    (16, LOAD_QUEUES),
+  ],
+  ..VLLM_LOADS
+};
+
+/// `tokenspeed.grpc.scheduler.TokenSpeedScheduler`: its own order from 7 on, memory and queues
+/// as SGLang's messages, and the active token usage.
+pub const TOKENSPEED_LOADS: LoadLayout = LoadLayout {
+  max_running: 7,
+  token_usage: 8,
+  gen_throughput: 9,
+  cache_hit_rate: 10,
+  waiting_uncached: 14,
+  active_token_usage: Some(15),
+  sections: &[(12, LOAD_MEMORY), (13, LOAD_QUEUES)],
+  ..VLLM_LOADS
+};
+
+impl LoadLayout {
+  /// The `SchedulerLoad` layout of `service` (a full service name): the services that declare
+  /// `GetLoads`.
+  pub fn of_service(service: &str) -> KvResult<&'static LoadLayout> {
+    match service {
+      "vllm.grpc.engine.VllmEngine" => Ok(&VLLM_LOADS),
+      "sglang.grpc.scheduler.SglangScheduler" => Ok(&SGLANG_LOADS),
+      "tokenspeed.grpc.scheduler.TokenSpeedScheduler" => Ok(&TOKENSPEED_LOADS),
+      _ => Err(KvError::new(
+        ErrorCode::InvalidArg,
+        format!("no GetLoads answer known for service {service:?}"),
+      )),
+    }
+  }
+}
 
 /// The `GetLoadsRequest` a relay polls with: every section (`include: ["all"]`), all ranks.
 pub fn get_loads_request() -> Vec<u8> {
@@ -78,6 +132,7 @@ struct RankLoad {
   gen_throughput: f64,
   max_running: u64,
   cache_hit_rate: Option<f64>,
+  active_token_usage: Option<f64>,
   used_tokens: Option<u64>,
   max_total_tokens: Option<u64>,
   /// (EngineLoad field, the section's bytes).
@@ -127,26 +182,37 @@ fn put_uint(out: &mut Vec<u8>, field: u32, v: u64) {
 }
 
 impl RankLoad {
-  fn decode(bytes: &[u8]) -> KvResult<RankLoad> {
+  fn decode(bytes: &[u8], l: &LoadLayout) -> KvResult<RankLoad> {
     let mut p = Reader::new(bytes);
     let mut r = RankLoad::default();
     while !p.done() {
       let (field, wire) = p.key()?;
-      match field {
-        SL_DP_RANK => r.dp_rank = p.varint_field(wire)? as i64 as i32,
-        SL_RUNNING => r.running = u32_of(p.varint_field(wire)?),
-        SL_WAITING => r.waiting = u32_of(p.varint_field(wire)?),
-        SL_WAITING_UNCACHED => r.waiting_uncached = Some(u32_of(p.varint_field(wire)?)),
-        SL_TOKEN_USAGE => r.token_usage = f64_field(&mut p, wire)?,
-        SL_GEN_THROUGHPUT => r.gen_throughput = f64_field(&mut p, wire)?,
-        SL_MAX_RUNNING => r.max_running = u32_of(p.varint_field(wire)?),
-        SL_CACHE_HIT_RATE => r.cache_hit_rate = Some(f64_field(&mut p, wire)?),
-        SL_USED_TOKENS => r.used_tokens = Some(p.varint_field(wire)?),
-        SL_MAX_TOTAL_TOKENS => r.max_total_tokens = Some(p.varint_field(wire)?),
-        f => match SECTIONS.iter().find(|(from, _)| *from == f) {
-          Some(&(_, to)) => r.sections.push((to, p.bytes_field(wire)?.to_vec())),
-          None => p.skip(field, wire)?,
-        },
+      if field == l.dp_rank {
+        r.dp_rank = p.varint_field(wire)? as i64 as i32;
+      } else if field == l.running {
+        r.running = u32_of(p.varint_field(wire)?);
+      } else if field == l.waiting {
+        r.waiting = u32_of(p.varint_field(wire)?);
+      } else if field == l.waiting_uncached {
+        r.waiting_uncached = Some(u32_of(p.varint_field(wire)?));
+      } else if field == l.token_usage {
+        r.token_usage = f64_field(&mut p, wire)?;
+      } else if field == l.gen_throughput {
+        r.gen_throughput = f64_field(&mut p, wire)?;
+      } else if field == l.max_running {
+        r.max_running = u32_of(p.varint_field(wire)?);
+      } else if field == l.cache_hit_rate {
+        r.cache_hit_rate = Some(f64_field(&mut p, wire)?);
+      } else if field == l.used_tokens {
+        r.used_tokens = Some(p.varint_field(wire)?);
+      } else if field == l.max_total_tokens {
+        r.max_total_tokens = Some(p.varint_field(wire)?);
+      } else if Some(field) == l.active_token_usage {
+        r.active_token_usage = Some(f64_field(&mut p, wire)?);
+      } else if let Some(&(_, to)) = l.sections.iter().find(|(from, _)| *from == field) {
+        r.sections.push((to, p.bytes_field(wire)?.to_vec()));
+      } else {
+        p.skip(field, wire)?;
       }
     }
     Ok(r)
@@ -169,6 +235,9 @@ impl RankLoad {
     }
     if self.gen_throughput.to_bits() != 0 {
       put_f64(out, LOAD_GEN_THROUGHPUT, self.gen_throughput);
+    }
+    if let Some(v) = self.active_token_usage {
+      put_f64(out, LOAD_ACTIVE_TOKEN_USAGE, v);
     }
     nonzero(out, LOAD_MAX_RUNNING, self.max_running);
     nonzero(out, LOAD_AGE_MS, o.age_ms as u64);
@@ -195,14 +264,14 @@ impl RankLoad {
 }
 
 impl EngineLoads {
-  /// Reads a `GetLoadsResponse`.
-  pub fn decode(bytes: &[u8]) -> KvResult<EngineLoads> {
+  /// Reads a `GetLoadsResponse` of the engine whose `SchedulerLoad` is laid out as `layout`.
+  pub fn decode(bytes: &[u8], layout: &LoadLayout) -> KvResult<EngineLoads> {
     let mut p = Reader::new(bytes);
     let mut ranks = Vec::new();
     while !p.done() {
       let (field, wire) = p.key()?;
       match field {
-        RESPONSE_LOADS => ranks.push(RankLoad::decode(p.bytes_field(wire)?)?),
+        RESPONSE_LOADS => ranks.push(RankLoad::decode(p.bytes_field(wire)?, layout)?),
         _ => p.skip(field, wire)?,
       }
     }

@@ -15,7 +15,10 @@ pub use decode::{
   batch_head, decode_batch, decode_subscribe_request, DecodedProtoBatch, SubscribeRequest,
 };
 pub use encode::{encode_batch, encode_health_response, encode_subscribe_request, HealthForm};
-pub use load::{get_loads_request, EngineLoads, RecordOpts};
+pub use load::{
+  get_loads_request, EngineLoads, LoadLayout, RecordOpts, SGLANG_LOADS, TOKENSPEED_LOADS,
+  VLLM_LOADS,
+};
 pub use snapshot::{SnapshotChunks, SNAPSHOT_CHUNK_BLOCKS};
 
 // Field numbers, per message (proto/common.proto).

@@ -161,7 +161,7 @@ fn get_loads_answers_become_each_batch_s_load_record_and_load_only_batches() {
   put_len_delimited(&mut answer, 4, |o| {
     o.extend_from_slice(&scheduler_load(1, 9, 0.5, false))
   });
-  let loads = EngineLoads::decode(&answer).unwrap();
+  let loads = EngineLoads::decode(&answer, &SGLANG_LOADS).unwrap();
   assert_eq!(loads.ranks(), vec![0, 1]);
   assert_eq!(get_loads_request(), b"\x12\x03all");
 
