@@ -26,7 +26,7 @@ import {
   subscribeDefinition,
 } from '../src/index.js';
 import native from '../src/native.js';
-import { FROM_SEQ_1, repoPath, runGrpcPeer, sleep, storedBlock as stored, until } from './fixtures.js';
+import { FROM_SEQ_1, freePort, repoPath, runGrpcPeer, sleep, storedBlock as stored, until } from './fixtures.js';
 
 // SMG's side of a worker (docs/protocol.md#snapshots, #grpc-upstream): snapshots for a
 // subscriber from 0, OUT_OF_RANGE for an expired cursor, HealthCheck, and the engine's other RPCs
@@ -223,13 +223,14 @@ describe('HealthCheck', () => {
 });
 
 /** The engine's own gRPC server: the vLLM servicer's RPCs as bytes, with what each call saw. */
-async function upstreamEngine(): Promise<{
+async function upstreamEngine(port = 0): Promise<{
   address: string;
   server: Server;
   seen: Array<{ method: string; header: string | undefined; auth: string | undefined }>;
   cancelled: string[];
 }> {
-  const server = new Server();
+  // Any message size, as vLLM's own server.
+  const server = new Server({ 'grpc.max_receive_message_length': -1, 'grpc.max_send_message_length': -1 });
   const seen: Array<{ method: string; header: string | undefined; auth: string | undefined }> = [];
   const cancelled: string[] = [];
   const note = (method: string, md: Metadata) =>
@@ -283,11 +284,13 @@ async function upstreamEngine(): Promise<{
       });
     },
   });
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+  const bound = await new Promise<number>((resolve, reject) =>
+    server.bindAsync(`127.0.0.1:${port}`, ServerCredentials.createInsecure(), (err, p) =>
+      err ? reject(err) : resolve(p),
+    ),
   );
   cleanup.push(() => server.forceShutdown());
-  return { address: `127.0.0.1:${port}`, server, seen, cancelled };
+  return { address: `127.0.0.1:${bound}`, server, seen, cancelled };
 }
 
 /** A client of the vLLM service's RPCs with bytes both ways. */
@@ -296,8 +299,9 @@ function engineClient(address: string): Client & Record<string, (...args: unknow
   for (const m of ENGINE_METHODS[VLLM] ?? [])
     def[m.name] = rawMethod(`/${VLLM}/${m.name}`, m.requestStream, m.responseStream);
   const Ctor = makeGenericClientConstructor(def, 'VllmEngine');
-  const c = new Ctor(address, credentials.createInsecure()) as unknown as Client &
-    Record<string, (...args: unknown[]) => unknown>;
+  const c = new Ctor(address, credentials.createInsecure(), {
+    'grpc.max_receive_message_length': -1,
+  }) as unknown as Client & Record<string, (...args: unknown[]) => unknown>;
   cleanup.push(() => c.close());
   return c;
 }
@@ -378,6 +382,33 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     // was full when the engine's status came) and still ended OK.
     expect(rounds).toEqual(Array(20).fill({ chunks: 300, complete: true }));
   }, 60_000);
+
+  it('forwards requests larger than 4 MiB, and reaches an engine that comes up late within a second', async () => {
+    const port = await freePort();
+    const { address } = await node({ upstream: `127.0.0.1:${port}`, services: [VLLM], loadPollMs: 0 });
+    const c = engineClient(address);
+    // Down for 6 s (an engine loading its model): calls are UNAVAILABLE meanwhile.
+    const t0 = Date.now();
+    while (Date.now() - t0 < 6000) {
+      expect((await unary(c, 'GetModelInfo', Buffer.from([1]))).err?.code).toBe(status.UNAVAILABLE);
+      await sleep(200);
+    }
+    await upstreamEngine(port);
+    const up = Date.now();
+    let answered = false;
+    while (!answered && Date.now() - up < 10_000) {
+      answered = (await unary(c, 'GetModelInfo', Buffer.from([1]))).err === null;
+      if (!answered) await sleep(50);
+    }
+    // grpc-js's own backoff (1 s growing 1.6 times) would have waited until about 9.3 s.
+    expect(Date.now() - up).toBeLessThan(1500);
+    // 5 MiB each way (an inline image); kvplane's own receive limit was 4 MiB.
+    const big = Buffer.alloc(5 * 1024 * 1024, 7);
+    big[0] = 1;
+    const echo = await unary(c, 'GetModelInfo', big);
+    expect(echo.err).toBeNull();
+    expect([echo.reply?.length, echo.reply?.at(-1)]).toEqual([big.length, 1]);
+  }, 30_000);
 
   it('HealthCheck goes to the engine while kvplane is healthy; an engine that is down is UNAVAILABLE while SubscribeKvEvents keeps serving', async () => {
     const engine = await upstreamEngine();

@@ -17,7 +17,7 @@ import type { EncodedBatches } from '../../stream/batches.js';
 import type { KvEventStream } from '../../stream/stream.js';
 import { bearerMatches } from '../auth.js';
 import { idleConnectionMs } from '../idle.js';
-import { checkCount, INT32_MAX } from '../zmq/config.js';
+import { checkCount, INT32_MAX, MAX_FRAME_BYTES } from '../zmq/config.js';
 import { ENGINE_METHODS, type EngineMethod } from './engine_methods.js';
 import { EngineLoadPoller, type LoadPollStats } from './loads.js';
 import { decodeSubscribeRequest, encodeHealthResponse, KV_EVENT_SERVICES, rawMethod } from './services.js';
@@ -246,6 +246,9 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     const grpc = grpcJs();
     const server = new grpc.Server({
       'grpc.max_send_message_length': -1,
+      // Requests forwarded to an engine as large as a frame anywhere else (an inline image is
+      // megabytes; vLLM's own server takes any size); kvplane's own requests are a few bytes.
+      ...(opts.upstream ? { 'grpc.max_receive_message_length': MAX_FRAME_BYTES } : {}),
       'grpc.max_connection_idle_ms': idleConnectionMs(opts.idleConnectionMs, DEFAULT_IDLE_CONNECTION_MS),
     });
     const self = new KvGrpcServer(server, opts);

@@ -22,6 +22,9 @@ const raw = (b: Buffer) => b;
 // biome-ignore lint/suspicious/noExplicitAny: grpc-js types each shape's handler differently
 export type AnyHandler = (call: any, callback?: any) => void;
 
+/** The longest wait between attempts to reach an engine that is down. */
+const UPSTREAM_RECONNECT_MAX_MS = 1000;
+
 /** Headers kvplane does not pass on: its own credential (checked here, not the engine's). */
 const OWN_HEADERS = ['authorization'];
 
@@ -41,6 +44,10 @@ export class GrpcUpstream {
     this.#client = new grpc.Client(address, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': -1,
       'grpc.max_send_message_length': -1,
+      // An engine that comes up (its port opens after minutes of loading) or back is reached
+      // within a second: grpc-js's own backoff grows to 2 minutes, each call UNAVAILABLE meanwhile.
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.max_reconnect_backoff_ms': UPSTREAM_RECONNECT_MAX_MS,
     });
   }
 
