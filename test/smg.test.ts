@@ -1,5 +1,6 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { execFile, execFileSync, spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
+import { promisify } from 'node:util';
 import {
   type Client,
   type ClientReadableStream,
@@ -32,6 +33,7 @@ import { FROM_SEQ_1, freePort, repoPath, runGrpcPeer, sleep, storedBlock as stor
 // subscriber from 0, OUT_OF_RANGE for an expired cursor, HealthCheck, and the engine's other RPCs
 // forwarded to its own gRPC server.
 
+const execFileAsync = promisify(execFile);
 const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
@@ -382,6 +384,35 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     // was full when the engine's status came) and still ended OK.
     expect(rounds).toEqual(Array(20).fill({ chunks: 300, complete: true }));
   }, 60_000);
+
+  it('answers gRPC’s standard health check as HealthCheck: SMG’s own check sees an engine that is down', async () => {
+    // smg serve's worker check (smg.serve._grpc_health_check: grpc.health.v1, falling back to
+    // "the channel connects" on UNIMPLEMENTED).
+    // (Run apart: this process serves the node.)
+    const smgCheck = async (address: string) =>
+      (
+        await execFileAsync('python3', [
+          '-c',
+          'import sys; from smg.serve import _grpc_health_check as c; print(c("127.0.0.1", int(sys.argv[1]), 3.0))',
+          address.split(':')[1] as string,
+        ])
+      ).stdout.trim();
+    // Down: before, kvplane's UNIMPLEMENTED made SMG fall back to a channel that connects.
+    const port = await freePort();
+    const front = await node({ upstream: `127.0.0.1:${port}`, services: [VLLM], loadPollMs: 0 });
+    expect(await smgCheck(front.address)).toBe('False');
+    // Up: the engine's own answer (this one serves no grpc.health.v1: SMG's fallback).
+    await upstreamEngine(port);
+    const c = engineClient(front.address);
+    for (let i = 0; i < 100 && (await unary(c, 'GetModelInfo', Buffer.from([1]))).err !== null; i++) await sleep(50);
+    expect(await smgCheck(front.address)).toBe('True');
+    // Without an upstream: SERVING while kvplane is healthy, NOT_SERVING when it is not.
+    let healthy = true;
+    const own = await node({ loadPollMs: 0, health: () => ({ healthy, message: 'source down' }) });
+    expect(await smgCheck(own.address)).toBe('True');
+    healthy = false;
+    expect(await smgCheck(own.address)).toBe('False');
+  }, 30_000);
 
   it('forwards requests larger than 4 MiB, and reaches an engine that comes up late within a second', async () => {
     const port = await freePort();

@@ -137,6 +137,10 @@ export interface GrpcStats {
   loads: LoadPollStats | null;
 }
 
+/** gRPC's standard health service, and its unary check. */
+const STANDARD_HEALTH = 'grpc.health.v1.Health';
+const STANDARD_HEALTH_CHECK = `/${STANDARD_HEALTH}/Check`;
+
 const DEFAULT_MAX_LAG = 1024;
 const DEFAULT_SNAPSHOT_CHUNK_BLOCKS = 4096;
 const DEFAULT_MAX_SNAPSHOTS = 4;
@@ -267,6 +271,12 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
       }
       server.addService(def as ServiceDefinition, impl);
     }
+    // gRPC's standard health check, answered as the engine services' HealthCheck is (clients
+    // such as `smg serve` ask it, and take UNIMPLEMENTED for a server that is up).
+    const check = { name: 'Check', requestStream: false, responseStream: false };
+    server.addService({ Check: rawMethod(STANDARD_HEALTH_CHECK, false, false) } as ServiceDefinition, {
+      Check: self.#healthHandler(STANDARD_HEALTH, STANDARD_HEALTH_CHECK, check),
+    });
     const creds = opts.tls
       ? grpc.ServerCredentials.createSsl(
           opts.tls.ca ? Buffer.from(opts.tls.ca) : null,

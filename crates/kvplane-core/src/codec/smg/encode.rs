@@ -182,6 +182,9 @@ pub enum HealthForm {
   HealthyMessage,
   /// TensorRT-LLM: `string status = 1;`, `"OK"` or what is wrong.
   Status,
+  /// gRPC's standard health service (`grpc.health.v1.Health`): `ServingStatus status = 1;`,
+  /// `SERVING` (1) or `NOT_SERVING` (2); no message.
+  Serving,
 }
 
 impl HealthForm {
@@ -193,6 +196,7 @@ impl HealthForm {
       | "sglang.grpc.scheduler.SglangScheduler"
       | "tokenspeed.grpc.scheduler.TokenSpeedScheduler" => Ok(HealthForm::HealthyMessage),
       "trtllm.TrtllmService" => Ok(HealthForm::Status),
+      "grpc.health.v1.Health" => Ok(HealthForm::Serving),
       _ => Err(KvError::new(
         ErrorCode::InvalidArg,
         format!("no HealthCheck form known for service {service:?}"),
@@ -213,6 +217,10 @@ pub fn encode_health_response(form: HealthForm, healthy: bool, message: &str) ->
       put_str(&mut out, 2, (!message.is_empty()).then_some(message));
     }
     HealthForm::Status => put_str(&mut out, 1, Some(if healthy { "OK" } else { message })),
+    HealthForm::Serving => {
+      put_key(&mut out, 1, VARINT);
+      put_varint(&mut out, if healthy { 1 } else { 2 });
+    }
   }
   out
 }

@@ -113,10 +113,13 @@ fn health_responses_take_each_engines_shape() {
     f("tokenspeed.grpc.scheduler.TokenSpeedScheduler"),
     HealthForm::HealthyMessage
   );
+  let std = f("grpc.health.v1.Health");
+  assert_eq!(encode_health_response(std, true, "ignored"), [0x08, 1]);
+  assert_eq!(encode_health_response(std, false, "ignored"), [0x08, 2]);
   assert!(HealthForm::of_service("other.Service").is_err());
 }
 
-/// A `SchedulerLoad` as vLLM's and SGLang's servicers answer `GetLoads`, by hand.
+/// A `SchedulerLoad` as SGLang's servicer answers `GetLoads`, by hand.
 fn scheduler_load(rank: i32, running: u64, usage: f64, memory: bool) -> Vec<u8> {
   use crate::codec::protobuf::{put_key, put_len_delimited, put_varint, I64, VARINT};
   let mut l = Vec::new();
