@@ -385,6 +385,30 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     expect(rounds).toEqual(Array(20).fill({ chunks: 300, complete: true }));
   }, 60_000);
 
+  it('ends forwarded calls still in flight 2 s into a shutdown with UNAVAILABLE (retried elsewhere), not CANCELLED', async () => {
+    const engine = await upstreamEngine();
+    const { grpc, address } = await node({ upstream: engine.address, services: [VLLM], loadPollMs: 0 });
+    const c = engineClient(address);
+    // A unary call the engine never answers, and a stream of 250 responses 10 ms apart.
+    const hung = unary(c, 'GetLoads', Buffer.alloc(0));
+    const stream = c.Generate?.(Buffer.from([250]), new Metadata()) as ClientReadableStream<Buffer>;
+    const streamEnd = new Promise<number>((resolve) => {
+      stream.on('data', () => {});
+      stream.on('error', (e: ServiceError) => resolve(e.code));
+      stream.on('end', () => resolve(status.OK));
+    });
+    await new Promise<void>((resolve) => stream.once('data', () => resolve()));
+    const t0 = Date.now();
+    await grpc.close();
+    expect(Date.now() - t0).toBeLessThan(3000);
+    expect((await hung).err?.code).toBe(status.UNAVAILABLE);
+    expect(await streamEnd).toBe(status.UNAVAILABLE);
+    await until(
+      () => engine.cancelled.includes('GetLoads') && engine.cancelled.includes('Generate'),
+      'engine calls cancelled',
+    );
+  }, 30_000);
+
   it('answers gRPC’s standard health check as HealthCheck: SMG’s own check sees an engine that is down', async () => {
     // smg serve's worker check (smg.serve._grpc_health_check: grpc.health.v1, falling back to
     // "the channel connects" on UNIMPLEMENTED).

@@ -335,7 +335,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
 
   /**
    * Ends every stream (status UNAVAILABLE, so routers resubscribe elsewhere or later) and stops,
-   * giving calls in flight up to 2 s. An aborted `signal` shuts down at once and rejects with its
+   * giving calls in flight up to 2 s (forwarded ones still going then end UNAVAILABLE). An aborted `signal` shuts down at once and rejects with its
    * reason.
    */
   async close(options: AbortOptions = {}): Promise<void> {
@@ -360,12 +360,19 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
     for (const s of [...this.#subscribers])
       s.cut({ code: status.UNAVAILABLE, details: 'the KV event server is shutting down' });
     await new Promise<void>((resolve) => {
+      let forced: NodeJS.Timeout | undefined;
       const timer = setTimeout(() => {
-        this.#server.forceShutdown();
-        resolve();
+        // Forwarded calls still in flight end UNAVAILABLE (a gateway retries that elsewhere),
+        // not with the CANCELLED of a forced shutdown; their statuses get a moment to go out.
+        this.#upstream?.endInFlight(status.UNAVAILABLE, 'kvplane is shutting down');
+        forced = setTimeout(() => {
+          this.#server.forceShutdown();
+          resolve();
+        }, 500);
       }, 2000);
       this.#server.tryShutdown(() => {
         clearTimeout(timer);
+        clearTimeout(forced);
         resolve();
       });
     });

@@ -37,6 +37,8 @@ const OWN_HEADERS = ['authorization'];
 export class GrpcUpstream {
   readonly address: string;
   readonly #client: Client;
+  /** Each forwarded call in flight: ends it with a status of kvplane's own. */
+  readonly #inFlight = new Set<(code: number, details: string) => void>();
 
   constructor(address: string) {
     this.address = address;
@@ -83,8 +85,27 @@ export class GrpcUpstream {
     this.#client.close();
   }
 
+  /** Forwarded calls in flight. */
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /**
+   * Ends every forwarded call in flight with `code` (kvplane shutting down: UNAVAILABLE, which a
+   * gateway retries elsewhere) and cancels its engine call.
+   */
+  endInFlight(code: number, details: string): void {
+    for (const end of [...this.#inFlight]) end(code, details);
+  }
+
+  /** Keeps `end` while the call is in flight (`untrack`, once it ends). */
+  #track(end: (code: number, details: string) => void): () => void {
+    this.#inFlight.add(end);
+    return () => this.#inFlight.delete(end);
+  }
+
   #unary(path: string, call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void {
-    const answer = answered(call, callback);
+    const answer = answered(call, callback, (end) => this.#track(end));
     const md = forwarded(call.metadata);
     answer.follow(this.#client.makeUnaryRequest(path, raw, raw, call.request, md, answer.options, answer.reply));
   }
@@ -93,11 +114,11 @@ export class GrpcUpstream {
     const up = this.#client.makeServerStreamRequest(path, raw, raw, call.request, forwarded(call.metadata), {
       deadline: call.getDeadline(),
     });
-    pipeDown(up, call);
+    pipeDown(up, call, (end) => this.#track(end));
   }
 
   #clientStream(path: string, call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void {
-    const answer = answered(call, callback);
+    const answer = answered(call, callback, (end) => this.#track(end));
     const md = forwarded(call.metadata);
     const up = this.#client.makeClientStreamRequest(path, raw, raw, md, answer.options, answer.reply);
     answer.follow(up);
@@ -109,9 +130,12 @@ export class GrpcUpstream {
       deadline: call.getDeadline(),
     });
     pipeUp(call, up);
-    pipeDown(up, call);
+    pipeDown(up, call, (end) => this.#track(end));
   }
 }
+
+/** Registers a call's `end` while it is in flight; gives back what unregisters it. */
+type Track = (end: (code: number, details: string) => void) => () => void;
 
 /**
  * A single-response call forwarded: the caller's deadline goes to the engine (`options`), the
@@ -122,6 +146,7 @@ export class GrpcUpstream {
 function answered(
   call: ServerUnaryCall<Buffer, Buffer> | ServerReadableStream<Buffer, Buffer>,
   callback: sendUnaryData<Buffer>,
+  track: Track,
 ): {
   options: { deadline: ReturnType<typeof call.getDeadline> };
   reply: (err: ServiceError | null, reply?: Buffer) => void;
@@ -130,25 +155,35 @@ function answered(
   let result: { err: ServiceError | null; reply?: Buffer } | undefined;
   let trailers: Metadata | undefined;
   let done = false;
+  let untrack = () => {};
   const finish = () => {
     if (done || result === undefined || (result.err === null && trailers === undefined)) return;
     done = true;
+    untrack();
     if (result.err) callback(result.err);
     else callback(null, result.reply, trailers);
   };
   return {
     options: { deadline: call.getDeadline() },
     reply: (err, reply) => {
-      result = { err, reply };
+      result ??= { err, reply };
       finish();
     },
     follow: (up) => {
+      untrack = track((code, details) => {
+        result = { err: { code, details, metadata: new (grpcJs().Metadata)() } as ServiceError };
+        finish();
+        up.cancel();
+      });
       up.on('metadata', (md: Metadata) => call.sendMetadata(md));
       up.on('status', (s: StatusObject) => {
         trailers = s.metadata;
         finish();
       });
-      call.on('cancelled', () => up.cancel());
+      call.on('cancelled', () => {
+        untrack();
+        up.cancel();
+      });
     },
   };
 }
@@ -168,6 +203,7 @@ function forwarded(md: Metadata): Metadata {
 function pipeDown(
   up: ClientReadableStream<Buffer> | ClientDuplexStream<Buffer, Buffer>,
   call: ServerWritableStream<Buffer, Buffer> | ServerDuplexStream<Buffer, Buffer>,
+  track: Track,
 ): void {
   up.on('metadata', (md: Metadata) => call.sendMetadata(md));
   up.on('data', (d: Buffer) => {
@@ -182,9 +218,16 @@ function pipeDown(
   const end = () => {
     if (ended || final === null || !read) return;
     ended = true;
+    untrack();
     if (final.code === status.OK) call.end(final.metadata);
     else call.emit('error', Object.assign(new Error(final.details), final) as ServiceError);
   };
+  const untrack = track((code, details) => {
+    final = { code, details, metadata: new (grpcJs().Metadata)() };
+    read = true;
+    end();
+    up.cancel();
+  });
   // `error` carries a non-OK status; `status` comes for every end, `end` once all is read (a
   // stream closed without it has nothing more to give).
   up.on('error', () => {});
@@ -198,7 +241,10 @@ function pipeDown(
       end();
     });
   }
-  call.on('cancelled', () => up.cancel());
+  call.on('cancelled', () => {
+    untrack();
+    up.cancel();
+  });
 }
 
 /** The caller's requests to the engine, at the engine's pace. */
