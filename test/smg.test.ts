@@ -1,4 +1,5 @@
 import { execFile, execFileSync, spawn } from 'node:child_process';
+import { createServer as createNetServer, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import { promisify } from 'node:util';
 import {
@@ -384,6 +385,36 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     // was full when the engine's status came) and still ended OK.
     expect(rounds).toEqual(Array(20).fill({ chunks: 300, complete: true }));
   }, 60_000);
+
+  it('fails forwarded calls UNAVAILABLE after 20 s when the engine took the connection but never answers (a frozen engine)', async () => {
+    // A port whose kernel accepts and whose process says nothing: grpc-js waits for its HTTP/2
+    // settings without a bound.
+    const sockets: Socket[] = [];
+    const silent = createNetServer((sock) => {
+      sockets.push(sock);
+      sock.on('error', () => {});
+    });
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    cleanup.push(() => {
+      for (const sock of sockets) sock.destroy();
+      return new Promise((r) => silent.close(r));
+    });
+    const port = (silent.address() as { port: number }).port;
+    const { address } = await node({ upstream: `127.0.0.1:${port}`, services: [VLLM], loadPollMs: 0 });
+    const c = engineClient(address);
+    const t0 = Date.now();
+    const first = await unary(c, 'GetModelInfo', Buffer.from([1]));
+    expect([first.err?.code, first.err?.details]).toEqual([
+      status.UNAVAILABLE,
+      `the engine at 127.0.0.1:${port} took the connection but has not answered in 20 s`,
+    ]);
+    expect(Date.now() - t0).toBeGreaterThan(19_000);
+    expect(Date.now() - t0).toBeLessThan(24_000);
+    // The same attempt: the next call does not wait another 20 s.
+    const t1 = Date.now();
+    expect((await unary(c, 'GetModelInfo', Buffer.from([1]))).err?.code).toBe(status.UNAVAILABLE);
+    expect(Date.now() - t1).toBeLessThan(1000);
+  }, 40_000);
 
   it('ends forwarded calls still in flight 2 s into a shutdown with UNAVAILABLE (retried elsewhere), not CANCELLED', async () => {
     const engine = await upstreamEngine();

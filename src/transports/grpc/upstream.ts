@@ -22,6 +22,12 @@ const raw = (b: Buffer) => b;
 // biome-ignore lint/suspicious/noExplicitAny: grpc-js types each shape's handler differently
 export type AnyHandler = (call: any, callback?: any) => void;
 
+/**
+ * How long forwarded calls wait on a connection the engine took without answering (grpcio's own
+ * connect timeout is 20 s).
+ */
+const CONNECT_WAIT_MS = 20_000;
+
 /** The longest wait between attempts to reach an engine that is down. */
 const UPSTREAM_RECONNECT_MAX_MS = 1000;
 
@@ -37,6 +43,8 @@ const OWN_HEADERS = ['authorization'];
 export class GrpcUpstream {
   readonly address: string;
   readonly #client: Client;
+  /** Since when the channel has been connecting without an answer, while it is. */
+  #connectingSince: number | null = null;
   /** Each forwarded call in flight: ends it with a status of kvplane's own. */
   readonly #inFlight = new Set<(code: number, details: string) => void>();
 
@@ -51,20 +59,81 @@ export class GrpcUpstream {
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': UPSTREAM_RECONNECT_MAX_MS,
     });
+    this.#followState(this.#client.getChannel().getConnectivityState(false));
+  }
+
+  /** Keeps `#connectingSince`: when the channel began its current attempt, while it connects. */
+  #followState(state: number): void {
+    const channel = this.#client.getChannel();
+    const { CONNECTING, SHUTDOWN } = grpcJs().connectivityState;
+    if (state === SHUTDOWN) return;
+    channel.watchConnectivityState(state, Number.POSITIVE_INFINITY, () => {
+      const now = channel.getConnectivityState(false);
+      this.#connectingSince = now === CONNECTING ? Date.now() : null;
+      this.#followState(now);
+    });
   }
 
   /** The handler forwarding `path` (`/service/Method`) of shape `method`. */
   handler(path: string, method: EngineMethod): AnyHandler {
     if (!method.requestStream && !method.responseStream) {
       return (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>) =>
-        this.#unary(path, call, callback);
+        this.#whenReachable(
+          call,
+          () => this.#unary(path, call, callback),
+          (err) => callback(err),
+        );
     }
-    if (!method.requestStream) return (call: ServerWritableStream<Buffer, Buffer>) => this.#serverStream(path, call);
+    const failStream = (call: { emit(ev: 'error', e: unknown): void }) => (err: ServiceError) =>
+      call.emit('error', err);
+    if (!method.requestStream) {
+      return (call: ServerWritableStream<Buffer, Buffer>) =>
+        this.#whenReachable(call, () => this.#serverStream(path, call), failStream(call));
+    }
     if (!method.responseStream) {
       return (call: ServerReadableStream<Buffer, Buffer>, callback: sendUnaryData<Buffer>) =>
-        this.#clientStream(path, call, callback);
+        this.#whenReachable(
+          call,
+          () => this.#clientStream(path, call, callback),
+          (err) => callback(err),
+        );
     }
-    return (call: ServerDuplexStream<Buffer, Buffer>) => this.#bidi(path, call);
+    return (call: ServerDuplexStream<Buffer, Buffer>) =>
+      this.#whenReachable(call, () => this.#bidi(path, call), failStream(call));
+  }
+
+  /**
+   * Runs `go` once the channel to the engine is connected, or has failed to connect (a call then
+   * fails fast, UNAVAILABLE). A connection the engine took but never answers on (a frozen
+   * process: its kernel still accepts) would hold calls for good, as grpc-js waits for the
+   * engine's HTTP/2 settings without a bound: after `CONNECT_WAIT_MS` of that, `fail`.
+   */
+  #whenReachable(
+    call: { on(ev: 'cancelled', f: () => void): unknown },
+    go: () => void,
+    fail: (e: ServiceError) => void,
+  ) {
+    const channel = this.#client.getChannel();
+    const { CONNECTING, IDLE } = grpcJs().connectivityState;
+    let state = channel.getConnectivityState(true);
+    if (state !== CONNECTING && state !== IDLE) return go();
+    // (`#followState` restarts the clock at each new attempt.)
+    this.#connectingSince ??= Date.now();
+    const until = this.#connectingSince + CONNECT_WAIT_MS;
+    let cancelled = false;
+    call.on('cancelled', () => {
+      cancelled = true;
+    });
+    const watch = () =>
+      channel.watchConnectivityState(state, until, (err?: Error) => {
+        if (cancelled) return;
+        state = channel.getConnectivityState(false);
+        if (state !== CONNECTING && state !== IDLE) return go();
+        if (!err) return watch();
+        const details = `the engine at ${this.address} took the connection but has not answered in ${CONNECT_WAIT_MS / 1000} s`;
+        fail({ code: status.UNAVAILABLE, details, metadata: new (grpcJs().Metadata)() } as ServiceError);
+      });
+    watch();
   }
 
   /** One unary call of kvplane's own to the engine: its answer, or its error status. */
