@@ -403,7 +403,18 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     const { address } = await node({ upstream: `127.0.0.1:${port}`, services: [VLLM], loadPollMs: 0 });
     const c = engineClient(address);
     const t0 = Date.now();
-    const first = await unary(c, 'GetModelInfo', Buffer.from([1]));
+    const firstCall = unary(c, 'GetModelInfo', Buffer.from([1]));
+    // Meanwhile, a node closing while a call of its waits: UNAVAILABLE at once, and nothing thrown
+    // later (the call started on the closed channel, and the process died).
+    const other = await node({ upstream: `127.0.0.1:${port}`, services: [VLLM], loadPollMs: 0 });
+    const waiting = unary(engineClient(other.address), 'GetModelInfo', Buffer.from([1]));
+    await sleep(1000);
+    const closedAt = Date.now();
+    await other.grpc.close();
+    const ended = await waiting;
+    expect([ended.err?.code, ended.err?.details]).toEqual([status.UNAVAILABLE, 'kvplane is shutting down']);
+    expect(Date.now() - closedAt).toBeLessThan(1000);
+    const first = await firstCall;
     expect([first.err?.code, first.err?.details]).toEqual([
       status.UNAVAILABLE,
       `the engine at 127.0.0.1:${port} took the connection but has not answered in 20 s`,

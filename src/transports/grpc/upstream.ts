@@ -114,9 +114,25 @@ export class GrpcUpstream {
     fail: (e: ServiceError) => void,
   ) {
     const channel = this.#client.getChannel();
-    const { CONNECTING, IDLE } = grpcJs().connectivityState;
+    const { CONNECTING, IDLE, SHUTDOWN } = grpcJs().connectivityState;
+    const unavailable = (details: string) => {
+      try {
+        fail({ code: status.UNAVAILABLE, details, metadata: new (grpcJs().Metadata)() } as ServiceError);
+      } catch {
+        // The call has ended already (its server is gone).
+      }
+    };
+    const proceed = (state: number) => {
+      // Closed (kvplane shutting down): no call can start on it.
+      if (state === SHUTDOWN) return unavailable('kvplane is shutting down');
+      try {
+        go();
+      } catch (err) {
+        unavailable((err as Error).message);
+      }
+    };
     let state = channel.getConnectivityState(true);
-    if (state !== CONNECTING && state !== IDLE) return go();
+    if (state !== CONNECTING && state !== IDLE) return proceed(state);
     // (`#followState` restarts the clock at each new attempt.)
     this.#connectingSince ??= Date.now();
     const until = this.#connectingSince + CONNECT_WAIT_MS;
@@ -128,10 +144,11 @@ export class GrpcUpstream {
       channel.watchConnectivityState(state, until, (err?: Error) => {
         if (cancelled) return;
         state = channel.getConnectivityState(false);
-        if (state !== CONNECTING && state !== IDLE) return go();
+        if (state !== CONNECTING && state !== IDLE) return proceed(state);
         if (!err) return watch();
-        const details = `the engine at ${this.address} took the connection but has not answered in ${CONNECT_WAIT_MS / 1000} s`;
-        fail({ code: status.UNAVAILABLE, details, metadata: new (grpcJs().Metadata)() } as ServiceError);
+        unavailable(
+          `the engine at ${this.address} took the connection but has not answered in ${CONNECT_WAIT_MS / 1000} s`,
+        );
       });
     watch();
   }
