@@ -476,7 +476,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
       { type: 'stored', blockHashes: [41n], parentBlockHash: null, tokenIds: Uint32Array.of(1, 2, 3, 4), blockSize: 4 },
     ]);
     await publisher.flush();
-    // The node's own answers, each /kv_recover held 400 ms: how many are read at once.
+    // The node's own answers, each /kv_recover held 1.5 s: how many are read at once.
     let reading = 0;
     let most = 0;
     let dumps = 0;
@@ -485,7 +485,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
       if (isDump) {
         most = Math.max(most, ++reading);
         dumps++;
-        await sleep(400);
+        await sleep(1500);
       }
       const own = await fetch(`http://127.0.0.1:${http.port}${req.url}`);
       res.writeHead(own.status, { 'content-type': own.headers.get('content-type') ?? 'application/json' });
@@ -512,8 +512,14 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     // One that waits its turn is unregistered at once, not after the dumps before it.
     const t0 = performance.now();
     expect((await post(ix.url, '/unregister', { instance_id: 6, model_name: 'm6' })).status).toBe(200);
-    expect(performance.now() - t0).toBeLessThan(300);
-    await until(() => snapshots().every((n) => n >= 1), 'every worker rebuilt', 15_000);
+    expect(performance.now() - t0).toBeLessThan(800);
+    // A worker joins (and reads its dump) at the first live batch it sees: one connected late
+    // needs batches after the others' too.
+    for (let i = 0; i < 500 && !snapshots().every((n) => n >= 1); i++) {
+      publisher.publish([{ type: 'removed', blockHashes: [999n] }]);
+      await sleep(30);
+    }
+    expect(snapshots().every((n) => n >= 1)).toBe(true);
     expect(most).toBe(2);
     expect(dumps).toBeLessThanOrEqual(6);
     const query = { token_ids: [1, 2, 3, 4], model_name: 'm3' };
