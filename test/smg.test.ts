@@ -478,6 +478,11 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     expect(await smgCheck(own.address)).toBe('True');
     healthy = false;
     expect(await smgCheck(own.address)).toBe('False');
+    // With a bearer token: the standard check needs none (SMG's, like Kubernetes' probes, sends
+    // none), HealthCheck still does.
+    const guarded = await node({ loadPollMs: 0, authToken: 's3cret' });
+    expect(await smgCheck(guarded.address)).toBe('True');
+    expect(await runGrpcPeer(['health', guarded.address, 'vllm'])).toMatchObject([{ code: 'UNAUTHENTICATED' }]);
   }, 30_000);
 
   it('forwards requests larger than 4 MiB, and reaches an engine that comes up late within a second', async () => {

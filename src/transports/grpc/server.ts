@@ -404,7 +404,7 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
    */
   #healthHandler(service: string, path: string, m: EngineMethod): AnyHandler {
     const forward = this.#upstream?.handler(path, m);
-    return this.#guarded(m, (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>) => {
+    const check = (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>) => {
       const own = this.#health();
       if (own.healthy && forward) {
         forward(call, callback);
@@ -415,7 +415,10 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
       } catch (err) {
         callback({ code: status.INTERNAL, details: (err as Error).message } as ServiceError);
       }
-    });
+    };
+    // gRPC's standard check is asked by what cannot hold a token (Kubernetes' gRPC probes,
+    // `smg serve`'s worker check): it says only serving or not, and needs none.
+    return service === STANDARD_HEALTH ? check : this.#guarded(m, check);
   }
 
   /** `handler` behind the bearer token check, when the server has one. */
