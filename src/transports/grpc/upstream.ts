@@ -31,6 +31,11 @@ const CONNECT_WAIT_MS = 20_000;
 /** The longest wait between attempts to reach an engine that is down. */
 const UPSTREAM_RECONNECT_MAX_MS = 1000;
 
+/** A status of kvplane's own for a forwarded call (no engine trailers). */
+function ownStatus(code: number, details: string): ServiceError {
+  return Object.assign(new Error(details), { code, details, metadata: new (grpcJs().Metadata)() }) as ServiceError;
+}
+
 /** Headers kvplane does not pass on: its own credential (checked here, not the engine's). */
 const OWN_HEADERS = ['authorization'];
 
@@ -46,7 +51,7 @@ export class GrpcUpstream {
   /** Since when the channel has been connecting without an answer, while it is. */
   #connectingSince: number | null = null;
   /** Each forwarded call in flight: ends it with a status of kvplane's own. */
-  readonly #inFlight = new Set<(code: number, details: string) => void>();
+  readonly #inFlight = new Set<(s: ServiceError) => void>();
 
   constructor(address: string) {
     this.address = address;
@@ -117,7 +122,7 @@ export class GrpcUpstream {
     const { CONNECTING, IDLE, SHUTDOWN } = grpcJs().connectivityState;
     const unavailable = (details: string) => {
       try {
-        fail({ code: status.UNAVAILABLE, details, metadata: new (grpcJs().Metadata)() } as ServiceError);
+        fail(ownStatus(status.UNAVAILABLE, details));
       } catch {
         // The call has ended already (its server is gone).
       }
@@ -171,21 +176,17 @@ export class GrpcUpstream {
     this.#client.close();
   }
 
-  /** Forwarded calls in flight. */
-  get inFlight(): number {
-    return this.#inFlight.size;
-  }
-
   /**
    * Ends every forwarded call in flight with `code` (kvplane shutting down: UNAVAILABLE, which a
    * gateway retries elsewhere) and cancels its engine call.
    */
   endInFlight(code: number, details: string): void {
-    for (const end of [...this.#inFlight]) end(code, details);
+    const s = ownStatus(code, details);
+    for (const end of [...this.#inFlight]) end(s);
   }
 
   /** Keeps `end` while the call is in flight (`untrack`, once it ends). */
-  #track(end: (code: number, details: string) => void): () => void {
+  #track(end: (s: ServiceError) => void): () => void {
     this.#inFlight.add(end);
     return () => this.#inFlight.delete(end);
   }
@@ -221,7 +222,7 @@ export class GrpcUpstream {
 }
 
 /** Registers a call's `end` while it is in flight; gives back what unregisters it. */
-type Track = (end: (code: number, details: string) => void) => () => void;
+type Track = (end: (s: ServiceError) => void) => () => void;
 
 /**
  * A single-response call forwarded: the caller's deadline goes to the engine (`options`), the
@@ -256,8 +257,8 @@ function answered(
       finish();
     },
     follow: (up) => {
-      untrack = track((code, details) => {
-        result = { err: { code, details, metadata: new (grpcJs().Metadata)() } as ServiceError };
+      untrack = track((err) => {
+        result = { err };
         finish();
         up.cancel();
       });
@@ -308,8 +309,8 @@ function pipeDown(
     if (final.code === status.OK) call.end(final.metadata);
     else call.emit('error', Object.assign(new Error(final.details), final) as ServiceError);
   };
-  const untrack = track((code, details) => {
-    final = { code, details, metadata: new (grpcJs().Metadata)() };
+  const untrack = track((s) => {
+    final = s;
     read = true;
     end();
     up.cancel();
