@@ -1,5 +1,5 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, request, type ServerResponse } from 'node:http';
+import { createServer, type IncomingMessage, request, type ServerResponse } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +18,14 @@ async function indexer(): Promise<IndexerServer> {
   const ix = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
   cleanup.push(() => ix.close());
   return ix;
+}
+
+/** An HTTP server on a free loopback port, closed after the test: its base URL. */
+async function serveLocal(handle: (req: IncomingMessage, res: ServerResponse) => unknown): Promise<string> {
+  const server = createServer(handle);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanup.push(() => new Promise((r) => server.close(r)));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
 /** A raw request: status, content type and body text. */
@@ -236,10 +244,7 @@ describe('kvplane indexer HTTP API: bad input', () => {
   it("refuses, as a 502, a node whose /healthz is not a kvplane node's", async () => {
     const ix = await indexer();
     let answer: (res: ServerResponse) => void = () => {};
-    const stub = createServer((_req, res) => answer(res));
-    await new Promise<void>((r) => stub.listen(0, '127.0.0.1', r));
-    cleanup.push(() => new Promise((r) => stub.close(r)));
-    const url = `http://127.0.0.1:${(stub.address() as AddressInfo).port}`;
+    const url = await serveLocal((_req, res) => answer(res));
     const json = (body: string) => (res: ServerResponse) =>
       res.writeHead(200, { 'content-type': 'application/json' }).end(body);
     const answers: Array<[string, (res: ServerResponse) => void]> = [
@@ -399,26 +404,21 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     ]);
     await publisher.flush();
     let stolen = 0;
-    const elsewhere = createServer((_req, res) => {
+    const elsewhereUrl = await serveLocal((_req, res) => {
       stolen++;
       res.end('{}');
     });
-    await new Promise<void>((r) => elsewhere.listen(0, '127.0.0.1', r));
-    cleanup.push(() => new Promise((r) => elsewhere.close(r)));
     // The node's own /healthz, and a /kv_recover that sends the indexer somewhere else.
-    const front = createServer(async (req, res) => {
+    const url = await serveLocal(async (req, res) => {
       if (req.url?.startsWith('/kv_recover')) {
-        res.writeHead(302, { location: `http://127.0.0.1:${(elsewhere.address() as AddressInfo).port}/steal` });
+        res.writeHead(302, { location: `${elsewhereUrl}/steal` });
         return void res.end();
       }
       const health = await fetch(`http://127.0.0.1:${http.port}/healthz`);
       res.writeHead(health.status, { 'content-type': 'application/json' });
       res.end(await health.text());
     });
-    await new Promise<void>((r) => front.listen(0, '127.0.0.1', r));
-    cleanup.push(() => new Promise((r) => front.close(r)));
     const ix = await indexer();
-    const url = `http://127.0.0.1:${(front.address() as AddressInfo).port}`;
     const reg = { instance_id: 2, endpoint: publisher.endpoint, url, model_name: 'm', block_size: 4 };
     expect((await post(ix.url, '/register', reg)).status).toBe(201);
     const sub = () => ix.registry.index('m', 'default').subscription(2n)?.stats();
@@ -439,7 +439,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     ]);
     await publisher.flush();
     // The node's own dump, its last_seq moved 2^40 ahead: not a seq this stream will reach.
-    const front = createServer(async (req, res) => {
+    const url = await serveLocal(async (req, res) => {
       const own = await fetch(`http://127.0.0.1:${http.port}${req.url}`);
       let body = Buffer.from(await own.arrayBuffer());
       if (req.url?.startsWith('/kv_recover')) {
@@ -450,10 +450,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
       res.writeHead(own.status, { 'content-type': own.headers.get('content-type') ?? 'application/json' });
       res.end(body);
     });
-    await new Promise<void>((r) => front.listen(0, '127.0.0.1', r));
-    cleanup.push(() => new Promise((r) => front.close(r)));
     const ix = await indexer();
-    const url = `http://127.0.0.1:${(front.address() as AddressInfo).port}`;
     const reg = { instance_id: 3, endpoint: publisher.endpoint, url, model_name: 'm', block_size: 4 };
     expect((await post(ix.url, '/register', reg)).status).toBe(201);
     const sub = () => ix.registry.index('m', 'default').subscription(3n)?.stats();
@@ -480,7 +477,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     let reading = 0;
     let most = 0;
     let dumps = 0;
-    const front = createServer(async (req, res) => {
+    const url = await serveLocal(async (req, res) => {
       const isDump = req.url?.startsWith('/kv_recover') ?? false;
       if (isDump) {
         most = Math.max(most, ++reading);
@@ -492,10 +489,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
       res.end(Buffer.from(await own.arrayBuffer()));
       if (isDump) reading--;
     });
-    await new Promise<void>((r) => front.listen(0, '127.0.0.1', r));
-    cleanup.push(() => new Promise((r) => front.close(r)));
     const ix = await indexer();
-    const url = `http://127.0.0.1:${(front.address() as AddressInfo).port}`;
     // Six workers on the one node (as six models would be), each joining by a tree dump.
     for (let id = 1; id <= 6; id++) {
       const reg = { instance_id: id, endpoint: publisher.endpoint, url, model_name: `m${id}`, block_size: 4 };
