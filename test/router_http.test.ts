@@ -354,6 +354,22 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     return { publisher, grpc, http };
   }
 
+  /** A node holding one block (`hash`, tokens 1-4), published and flushed. */
+  async function kvNodeHolding(hash: bigint) {
+    const node = await kvNode();
+    node.publisher.publish([
+      {
+        type: 'stored',
+        blockHashes: [hash],
+        parentBlockHash: null,
+        tokenIds: Uint32Array.of(1, 2, 3, 4),
+        blockSize: 4,
+      },
+    ]);
+    await node.publisher.flush();
+    return node;
+  }
+
   it('follows nodes started with a bearer token when given it: discovery, gRPC, and /kv_recover for a ZMQ worker', async () => {
     const token = 'node-secret';
     const { publisher, http } = await kvNode(token);
@@ -398,11 +414,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
   });
 
   it("does not follow a redirect from a node's /kv_recover to another place", async () => {
-    const { publisher, http } = await kvNode();
-    publisher.publish([
-      { type: 'stored', blockHashes: [21n], parentBlockHash: null, tokenIds: Uint32Array.of(1, 2, 3, 4), blockSize: 4 },
-    ]);
-    await publisher.flush();
+    const { publisher, http } = await kvNodeHolding(21n);
     let stolen = 0;
     const elsewhereUrl = await serveLocal((_req, res) => {
       stolen++;
@@ -433,11 +445,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
   });
 
   it("says so when a node's /kv_recover dump claims a seq far ahead of its live stream (loaded, then cleared)", async () => {
-    const { publisher, http } = await kvNode();
-    publisher.publish([
-      { type: 'stored', blockHashes: [31n], parentBlockHash: null, tokenIds: Uint32Array.of(1, 2, 3, 4), blockSize: 4 },
-    ]);
-    await publisher.flush();
+    const { publisher, http } = await kvNodeHolding(31n);
     // The node's own dump, its last_seq moved 2^40 ahead: not a seq this stream will reach.
     const url = await serveLocal(async (req, res) => {
       const own = await fetch(`http://127.0.0.1:${http.port}${req.url}`);
@@ -468,11 +476,7 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
   });
 
   it('reads at most two /kv_recover tree dumps at once across its workers; an unregistered one stops waiting', async () => {
-    const { publisher, http } = await kvNode();
-    publisher.publish([
-      { type: 'stored', blockHashes: [41n], parentBlockHash: null, tokenIds: Uint32Array.of(1, 2, 3, 4), blockSize: 4 },
-    ]);
-    await publisher.flush();
+    const { publisher, http } = await kvNodeHolding(41n);
     // The node's own answers, each /kv_recover held 1.5 s: how many are read at once.
     let reading = 0;
     let most = 0;
