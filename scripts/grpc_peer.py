@@ -18,6 +18,13 @@
       to MAX_TOKENS tokens, one line each: {"chunks": n, "complete": bool} (the stream's chunks,
       and whether its last message was the GenerateComplete), or the status as above.
 
+  grpc_peer.py bigheader ADDRESS SERVICE BYTES
+      on one connection, a SubscribeKvEvents from 0 (its batches read as they come), then a
+      HealthCheck carrying one header field of BYTES bytes. Prints {"health": "CODE_NAME", "secs": s}
+      when the HealthCheck ends, then {"stream": "CODE_NAME", "batches": n, "secs": s} when the
+      stream does (cancelled by the peer once the HealthCheck is OK); secs count from the
+      HealthCheck's start. Both calls have a 15 s deadline.
+
 Snapshot chunks carry "snapshot": {"index", "count", "blocks"} as well ("unknown_before" when
 it is not 0); batches with a load record carry "load": the EngineLoad fields that are set, by their
 proto names (u64 sample as a decimal string).
@@ -30,6 +37,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 
 import grpc
 from google.protobuf import json_format
@@ -102,6 +111,33 @@ def health(address: str, service: str) -> None:
             emit({"healthy": r.healthy, "message": r.message})
 
 
+def big_header(address: str, service: str, size: int) -> None:
+    with grpc.insecure_channel(address) as channel:
+        stub = STUBS[service](channel)
+        call = stub.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(start_sequence_number=0), timeout=15)
+        call.initial_metadata()
+        batches = []
+
+        def read() -> None:
+            try:
+                for b in call:
+                    batches.append(b.sequence_number)
+            except grpc.RpcError:
+                pass
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        t0 = time.monotonic()
+        try:
+            stub.HealthCheck(MESSAGES[service].HealthCheckRequest(), metadata=[("x-big", "a" * size)], timeout=15)
+            emit({"health": "OK", "secs": round(time.monotonic() - t0, 2)})
+            call.cancel()
+        except grpc.RpcError as err:
+            emit({"health": err.code().name, "secs": round(time.monotonic() - t0, 2)})
+        reader.join()
+        emit({"stream": call.code().name, "batches": len(batches), "secs": round(time.monotonic() - t0, 2)})
+
+
 def generate_streamed(address: str, text: str, max_tokens: int, rounds: int) -> None:
     with grpc.insecure_channel(address) as channel:
         stub = vllm_engine_pb2_grpc.VllmEngineStub(channel)
@@ -135,6 +171,9 @@ def generate(address: str, text: str) -> None:
 def main() -> None:
     if sys.argv[1] == "health":
         health(sys.argv[2], sys.argv[3])
+        return
+    if sys.argv[1] == "bigheader":
+        big_header(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return
     if sys.argv[1] == "generate" and len(sys.argv) > 4:
         generate_streamed(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))

@@ -296,6 +296,22 @@ describe('KvGrpcServer', () => {
     expect([got.status, seqsOf(got.batches)]).toEqual([undefined, range(1, 3)]);
   });
 
+  it('closes a connection Node stops reading (one header field over 64 KB) once its ping goes unanswered: its calls end UNAVAILABLE, not at their deadlines', async () => {
+    const { pub, address } = await node({}, { keepaliveMs: 1000 });
+    await publishBatches(pub, 0, 3);
+    // A header field Node's HTTP/2 takes: both calls go on (the stream until the peer cancels it).
+    const small = await runGrpcPeer(['bigheader', address, 'vllm', String(16 * 1024)]);
+    expect(small.map((l) => l.health ?? l.stream)).toEqual(['OK', 'CANCELLED']);
+    expect(small[1]?.batches).toBeGreaterThan(0);
+    // One it does not: it stops reading the connection, and every call on it stalled until its
+    // deadline (15 s here). The unanswered ping closes it.
+    const big = await runGrpcPeer(['bigheader', address, 'vllm', String(70 * 1024)]);
+    expect(big.map((l) => l.health ?? l.stream)).toEqual(['UNAVAILABLE', 'UNAVAILABLE']);
+    expect(big[1]?.secs).toBeLessThan(6);
+    // The server still serves new connections.
+    expect((await runGrpcPeer(['health', address, 'vllm']))[0]).toMatchObject({ healthy: true });
+  });
+
   it('refuses a subscriber past maxSubscribers with RESOURCE_EXHAUSTED (counted), and takes one again once a stream ends', async () => {
     const { pub, grpc, address } = await node({}, { maxSubscribers: 2 });
     await publishBatches(pub, 0, 2);

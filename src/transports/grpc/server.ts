@@ -55,6 +55,14 @@ export interface KvGrpcServerOptions {
    */
   idleConnectionMs?: number;
   /**
+   * Every connection is pinged (HTTP/2 PING) this often, and one whose ping is not answered within
+   * 10 s (or this, if shorter) is closed, its calls ended UNAVAILABLE: a peer gone without closing
+   * its TCP connection, or a connection Node's HTTP/2 stops reading (it does on a request header
+   * field over 64 KB, which stalled every call on that connection until its deadline). Default
+   * 30,000 ms.
+   */
+  keepaliveMs?: number;
+  /**
    * Batches a subscriber may fall behind before it is cut off with RESOURCE_EXHAUSTED (it
    * resumes by resubscribing from its last seq). Default 1024.
    */
@@ -146,6 +154,9 @@ const DEFAULT_SNAPSHOT_CHUNK_BLOCKS = 4096;
 const DEFAULT_MAX_SNAPSHOTS = 4;
 const DEFAULT_MAX_SUBSCRIBERS = 1024;
 const DEFAULT_IDLE_CONNECTION_MS = 300_000;
+const DEFAULT_KEEPALIVE_MS = 30_000;
+/** The longest wait for a ping's answer. */
+const KEEPALIVE_TIMEOUT_MS = 10_000;
 const DEFAULT_LOAD_POLL_MS = 1000;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
@@ -248,12 +259,15 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
 
   static async #create(opts: KvGrpcServerOptions): Promise<KvGrpcServer> {
     const grpc = grpcJs();
+    const keepaliveMs = checkCount('keepaliveMs', opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS, INT32_MAX);
     const server = new grpc.Server({
       'grpc.max_send_message_length': -1,
       // Requests forwarded to an engine as large as a frame anywhere else (an inline image is
       // megabytes; vLLM's own server takes any size); kvplane's own requests are a few bytes.
       ...(opts.upstream ? { 'grpc.max_receive_message_length': MAX_FRAME_BYTES } : {}),
       'grpc.max_connection_idle_ms': idleConnectionMs(opts.idleConnectionMs, DEFAULT_IDLE_CONNECTION_MS),
+      'grpc.keepalive_time_ms': keepaliveMs,
+      'grpc.keepalive_timeout_ms': Math.min(KEEPALIVE_TIMEOUT_MS, keepaliveMs),
     });
     const self = new KvGrpcServer(server, opts);
     for (const service of opts.services ?? KV_EVENT_SERVICES) {
