@@ -16,7 +16,8 @@
       one vLLM Generate of TEXT (max_tokens 1) and print {"outputs": n} once the stream ends, or
       {"code": ..., "details": ...}. With MAX_TOKENS and ROUNDS: ROUNDS streamed Generates of up
       to MAX_TOKENS tokens, one line each: {"chunks": n, "complete": bool} (the stream's chunks,
-      and whether its last message was the GenerateComplete), or the status as above.
+      and whether its last message was the GenerateComplete), or {"chunks": n, "code": ...,
+      "details": ...} for one that ended with a status other than OK.
 
   grpc_peer.py bigheader ADDRESS SERVICE BYTES
       on one connection, a SubscribeKvEvents from 0 (its batches read as they come), then a
@@ -151,7 +152,7 @@ def generate_streamed(address: str, text: str, max_tokens: int, rounds: int) -> 
                     complete = m.HasField("complete")
                     chunks += 0 if complete else 1
             except grpc.RpcError as err:
-                emit({"code": err.code().name, "details": err.details()})
+                emit({"chunks": chunks, "code": err.code().name, "details": err.details()})
                 continue
             emit({"chunks": chunks, "complete": complete})
 

@@ -4,7 +4,8 @@ from smg-grpc-proto) over grpcio, with vLLM's own KV-event publisher on ZMQ.
 
   smg_engine.py [--grpc-port P] [--zmq-port Z] [--replay-port R | --no-replay] [--block-size 16]
                 [--model NAME] [--tokenizer-dir DIR] [--num-blocks N] [--output-tokens K]
-                [--token-delay-ms MS] [--hash-algo sha256|sha256_cbor] [--bytes-hashes]
+                [--token-delay-ms MS] [--fail-after K] [--hash-algo sha256|sha256_cbor]
+                [--bytes-hashes]
 
 Ports default to free ones. When ready it prints one JSON line:
   {"grpc": "127.0.0.1:P", "grpc_port": P, "zmq": "tcp://127.0.0.1:Z", "zmq_port": Z,
@@ -322,6 +323,8 @@ class Engine(pb_grpc.VllmEngineServicer):
                         time.sleep(delay)
                     if rid in self.aborted or not context.is_active():
                         return
+                    if self.args.fail_after is not None and j == self.args.fail_after:
+                        context.abort(grpc.StatusCode.INTERNAL, f"engine failed after {j} chunks")
                     if request.stream:
                         yield pb.GenerateResponse(chunk=pb.GenerateStreamChunk(
                             token_ids=[tok], prompt_tokens=len(prompt), completion_tokens=1,
@@ -356,6 +359,8 @@ def main() -> None:
     ap.add_argument("--num-blocks", type=int, default=8192, help="KV cache capacity in blocks (LRU eviction)")
     ap.add_argument("--output-tokens", type=int, default=8, help="tokens generated per request (max)")
     ap.add_argument("--token-delay-ms", type=float, default=2.0, help="delay before each generated token")
+    ap.add_argument("--fail-after", type=int, default=None,
+                    help="a Generate ends INTERNAL after this many tokens (a failing engine)")
     ap.add_argument("--max-model-len", type=int, default=131072)
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--hash-algo", choices=["sha256", "sha256_cbor"], default="sha256",

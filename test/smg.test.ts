@@ -386,6 +386,19 @@ describe('--grpc-upstream: the engine’s own RPCs through kvplane', () => {
     expect(rounds).toEqual(Array(20).fill({ chunks: 300, complete: true }));
   }, 60_000);
 
+  it('passes on every message an engine sent before it failed the stream, then its error status', async () => {
+    // 300 tokens at once, then INTERNAL: as straight from the engine, the caller gets all 300.
+    const engine = await standInEngine('--output-tokens', '400', '--token-delay-ms', '0', '--fail-after', '300');
+    const { address } = await node({ upstream: engine, services: [VLLM], loadPollMs: 0 });
+    const direct = await runGrpcPeer(['generate', engine, 'hello world', '400', '2']);
+    const rounds = await runGrpcPeer(['generate', address, 'hello world', '400', '20']);
+    const failed = { chunks: 300, code: 'INTERNAL', details: 'engine failed after 300 chunks' };
+    expect(direct).toEqual(Array(2).fill(failed));
+    // Before, grpc-js dropped the responses it held for a paused stream when the error came: a
+    // third to two-thirds of them were lost.
+    expect(rounds).toEqual(Array(20).fill(failed));
+  }, 60_000);
+
   it('fails forwarded calls UNAVAILABLE after 20 s when the engine took the connection but never answers (a frozen engine)', async () => {
     // A port whose kernel accepts and whose process says nothing: grpc-js waits for its HTTP/2
     // settings without a bound.

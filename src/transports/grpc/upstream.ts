@@ -283,9 +283,20 @@ function forwarded(md: Metadata): Metadata {
 }
 
 /**
- * The engine's responses to the caller, at the caller's pace; its status ends the call once every
- * response has been passed on. (grpc-js reports the status as soon as it arrives, while a stream
- * paused for a slow caller may still hold responses: ending the call then would drop them.)
+ * Bytes of the engine's responses a forwarded stream holds for a caller slower than the engine
+ * (read from the engine, not yet sent on the caller's connection): past this the engine's stream
+ * is paused (HTTP/2 flow control then holds the engine back), and resumed below half of it. 1 MiB,
+ * Envoy's default buffer limit.
+ */
+const HOLD_BYTES = 1 << 20;
+
+/**
+ * The engine's responses to the caller, at the caller's pace up to `HOLD_BYTES` held; its status
+ * ends the call once every response has been sent on. (grpc-js reports the status as soon as it
+ * arrives, while a paused stream may still hold responses: ending the call then would drop them.
+ * And on an error status it drops the responses it has not handed out yet: a stream is paused only
+ * past `HOLD_BYTES`, so a caller behind by less gets every response before the error, as it would
+ * from the engine itself.)
  */
 function pipeDown(
   up: ClientReadableStream<Buffer> | ClientDuplexStream<Buffer, Buffer>,
@@ -293,17 +304,34 @@ function pipeDown(
   track: Track,
 ): void {
   up.on('metadata', (md: Metadata) => call.sendMetadata(md));
+  // Responses written to the caller and not yet sent, and their bytes.
+  let writes = 0;
+  let held = 0;
+  let paused = false;
   up.on('data', (d: Buffer) => {
-    if (!call.write(d)) {
+    writes++;
+    held += d.length;
+    call.write(d, () => {
+      writes--;
+      held -= d.length;
+      if (paused && held <= HOLD_BYTES / 2) {
+        paused = false;
+        up.resume();
+      }
+      end();
+    });
+    if (!paused && held > HOLD_BYTES) {
+      paused = true;
       up.pause();
-      call.once('drain', () => up.resume());
     }
   });
   let final: StatusObject | null = null;
   let read = false;
   let ended = false;
+  // Set when kvplane ends the call itself (shutting down): it does not wait for a slow caller.
+  let now = false;
   const end = () => {
-    if (ended || final === null || !read) return;
+    if (ended || final === null || !read || (writes > 0 && !now)) return;
     ended = true;
     untrack();
     if (final.code === status.OK) call.end(final.metadata);
@@ -312,6 +340,7 @@ function pipeDown(
   const untrack = track((s) => {
     final = s;
     read = true;
+    now = true;
     end();
     up.cancel();
   });
