@@ -57,9 +57,9 @@ export interface KvGrpcServerOptions {
   /**
    * Every connection is pinged (HTTP/2 PING) this often, and one whose ping is not answered within
    * 10 s (or this, if shorter) is closed, its calls ended UNAVAILABLE: a peer gone without closing
-   * its TCP connection, or a connection Node's HTTP/2 stops reading (it does on a request header
-   * field over 64 KB, which stalled every call on that connection until its deadline). Default
-   * 30,000 ms.
+   * its TCP connection, or a connection Node's HTTP/2 stops reading (Node 20 and 22 do on a
+   * request header field over 64 KB, which stalled every call on that connection until its
+   * deadline). Default 30,000 ms.
    */
   keepaliveMs?: number;
   /**
