@@ -374,6 +374,42 @@ describe('native ZMQ link', () => {
     await sendUntilHeld('followed again after the refused frame');
   }, 40_000);
 
+  it('js: a port that accepts and closes is connected again backing off, the reason in lastError, then followed', async () => {
+    // Not a publisher: every connection closed as it is accepted. libzmq retries every 100 ms
+    // however often that happens (about 30 times in 3 s, each a connect and a disconnect).
+    let accepts = 0;
+    const conns: Socket[] = [];
+    const closer = createServer((c: Socket) => {
+      accepts++;
+      conns.push(c);
+      c.on('error', () => {});
+      c.destroy();
+    });
+    await new Promise<void>((r) => closer.listen(0, '127.0.0.1', r));
+    const endpoint = `tcp://127.0.0.1:${(closer.address() as { port: number }).port}`;
+    const index = new RouterIndex({ blockSize: 16, zmqReceive: 'js' });
+    cleanup.push(() => index.close());
+    const sub = index.subscribe(W, { kind: 'zmq', endpoint });
+    await sleep(3000);
+    // 100, 200, 400, 800 ms, ... (up to 5 s): the native link's backoff.
+    expect(accepts).toBeGreaterThanOrEqual(3);
+    expect(accepts).toBeLessThanOrEqual(8);
+    expect(sub.stats().lastError).toMatch(/before its handshake \(\d+ in a row\); connecting again in \d+ ms/);
+    expect(sub.stats().state).not.toBe('live');
+    // A publisher takes the port: followed within the backoff's wait.
+    const closed = new Promise((r) => closer.close(r));
+    for (const c of conns) c.destroy();
+    await closed;
+    const { pub, send } = await publisher(endpoint);
+    cleanup.push(() => pub.close());
+    const end = Date.now() + 10_000;
+    for (let seq = 0; held(index, [2000 + seq - 1]) !== 1; seq++) {
+      if (Date.now() > end) throw new Error('not followed');
+      await send(seq, [storedBlock(2000 + seq, null)]);
+      await sleep(100);
+    }
+  }, 30_000);
+
   it('a closed index lets the process exit: its links hold nothing that keeps Node running', async () => {
     const port = await freePort();
     // Closed 300 ms after subscribing, and in the same tick: a link opened after that close (the

@@ -86,6 +86,11 @@ export interface LiveHandlers {
   malformed(frames: number): void;
   /** A connection ended for bad input (a frame over the bound, a refused handshake), and why. */
   refused(why: string): void;
+  /**
+   * A connection that ended before its handshake (the peer closed or reset it: a port that is not
+   * a publisher's), and why, with when the feed connects again.
+   */
+  failed(why: string): void;
   connected(): void;
   disconnected(): void;
   /** Batches the feed applied itself (`reopen`), reported before whatever it reports next. */
@@ -158,6 +163,8 @@ const REPLAY_MALFORMED_MAX = 1000;
 const SESSION_ENDED_MS = 1000;
 /** A feed whose sessions keep ending so connects again 1 s after the drop, doubling to this. */
 const SESSION_RETRY_MAX_MS = 30_000;
+/** libzmq's reconnect interval: a connection that ended before its handshake is retried after it. */
+const ZMQ_RECONNECT_MS = 100;
 
 /** The live socket as zeromq.js's Subscriber. */
 class ZmqjsFeed implements LiveFeed {
@@ -171,9 +178,18 @@ class ZmqjsFeed implements LiveFeed {
   #ended = 0;
   /** Why libzmq refused the last handshake, if it did. */
   #handshakeError: string | null = null;
+  /** Why the last handshake failed otherwise (the peer closed or reset the connection). */
+  #handshakeFailure: string | null = null;
+  /** The current connection completed its handshake. */
+  #shaken = false;
+  /** Connections in a row that ended before their handshake (the wait before the next doubles). */
+  #failures = 0;
+  readonly #reconnectMaxMs: number;
+  #retryTimer: NodeJS.Timeout | null = null;
 
   constructor(endpoint: string, o: EngineZmqOptions) {
     this.#endpoint = endpoint;
+    this.#reconnectMaxMs = o.reconnectMaxMs ?? ZMQ_RECONNECT_MS;
     this.#topic = o.topic ?? '';
     this.#sub = new (zeromq().Subscriber)({
       linger: 0,
@@ -205,6 +221,8 @@ class ZmqjsFeed implements LiveFeed {
 
   async close(): Promise<void> {
     this.#disarm();
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    this.#retryTimer = null;
     this.#sub.close();
     await Promise.allSettled(this.#loops);
   }
@@ -215,6 +233,11 @@ class ZmqjsFeed implements LiveFeed {
         if (ev.type === 'connect') {
           this.#disarm();
           this.#handshakeError = null;
+          this.#handshakeFailure = null;
+          this.#shaken = false;
+        } else if (ev.type === 'handshake') {
+          this.#shaken = true;
+          this.#failures = 0;
           h.connected();
         } else if (ev.type === 'connect:retry' || ev.type === 'connect:delay') {
           this.#disarm();
@@ -222,14 +245,43 @@ class ZmqjsFeed implements LiveFeed {
           this.#handshakeError = `${ev.error.message} (${ev.error.code})`;
         } else if (ev.type === 'handshake:error:auth') {
           this.#handshakeError = `${ev.error.message} (status ${ev.error.status})`;
+        } else if (ev.type === 'handshake:error:other') {
+          this.#handshakeFailure = ev.error.message;
         } else if (ev.type === 'disconnect') {
-          h.disconnected();
-          this.#armEnded(h);
+          if (this.#shaken) h.disconnected();
+          // A refused handshake ends the session for good (`#armEnded`); a peer that closed the
+          // connection before it is retried by libzmq, at once: backed off here.
+          if (this.#shaken || this.#handshakeError !== null) this.#armEnded(h);
+          else this.#failed(h);
+          this.#shaken = false;
         } else if (ev.type === 'end') break;
       }
     } catch {
       // The socket closed.
     }
+  }
+
+  /**
+   * A connection that ended before its handshake: reported, and connected again after 100 ms
+   * doubling up to `reconnectMaxMs` (libzmq would retry every 100 ms however often it failed).
+   */
+  #failed(h: LiveHandlers): void {
+    const waitMs = Math.min(this.#reconnectMaxMs, ZMQ_RECONNECT_MS * 2 ** Math.min(this.#failures, 16));
+    this.#failures++;
+    const why = this.#handshakeFailure ?? 'the connection closed';
+    h.failed(
+      `${this.#endpoint}: ${why} before its handshake (${this.#failures} in a row); connecting again in ${waitMs} ms`,
+    );
+    if (waitMs <= ZMQ_RECONNECT_MS || this.#retryTimer) return;
+    try {
+      this.#sub.disconnect(this.#endpoint);
+    } catch {
+      // Already gone.
+    }
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null;
+      if (!this.#sub.closed) this.#sub.connect(this.#endpoint);
+    }, waitMs);
   }
 
   #disarm(): void {
@@ -399,6 +451,9 @@ class RankLink {
         this.malformed++;
         this.lastError = why;
         this.#source.warn('engine connection refused', { rank: this.rank, reason: why });
+      },
+      failed: (why) => {
+        this.lastError = why;
       },
       connected: () => {
         this.connected = true;
