@@ -409,6 +409,14 @@ export interface HashedBlocks {
   digestSize: number
 }
 
+export interface HashQueryOut {
+  /** Each block's hash as its u64 bit pattern. */
+  blockHashes: BigUint64Array
+  modelName: string
+  routingGroup?: string
+  cacheSalt: boolean
+}
+
 export interface IndexerStatsOut {
   blocks: number
   memberships: number
@@ -479,6 +487,15 @@ export interface NativeIndexerOptions {
   /** The first batch's seq (default 1; a publisher takes `clockFirstSeq()`). */
   firstSeq?: bigint
 }
+
+/** Reads the body of Dynamo's indexer `/query_by_hash` (as `parseTokenQuery`). */
+export declare function parseHashQuery(body: Buffer): HashQueryOut
+
+/**
+ * Reads the body of Dynamo's indexer `/query` (`ERR_DECODE`: not JSON; `ERR_INVALID_ARG`: a
+ * missing or mistyped field).
+ */
+export declare function parseTokenQuery(body: Buffer): TokenQueryOut
 
 export interface PublishedOut {
   seqs: BigUint64Array
@@ -616,6 +633,14 @@ export declare function toInt64(value: bigint): bigint
  * `Uint32Array` passed through.
  */
 export declare function tokenIds(tokens: Uint32Array | Float64Array): Uint32Array
+
+export interface TokenQueryOut {
+  tokenIds: Uint32Array
+  modelName: string
+  routingGroup?: string
+  loraName?: string
+  cacheSalt?: string
+}
 
 /** Unsigned view of a signed 64-bit hash. */
 export declare function toUint64(value: bigint): bigint

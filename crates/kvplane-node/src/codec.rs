@@ -92,3 +92,51 @@ pub fn decode_recover_answer(bytes: Buffer) -> Result<crate::outputs::RecoveryOu
     )?))
   })
 }
+
+#[napi(object)]
+pub struct TokenQueryOut {
+  pub token_ids: Uint32Array,
+  pub model_name: String,
+  pub routing_group: Option<String>,
+  pub lora_name: Option<String>,
+  pub cache_salt: Option<String>,
+}
+
+/// Reads the body of Dynamo's indexer `/query` (`ERR_DECODE`: not JSON; `ERR_INVALID_ARG`: a
+/// missing or mistyped field).
+#[napi]
+pub fn parse_token_query(body: Buffer) -> Result<TokenQueryOut, Code> {
+  guard_js(|| {
+    let q = codec::dynamo_query::parse_token_query(&body)?;
+    Ok(TokenQueryOut {
+      token_ids: Uint32Array::new(q.token_ids),
+      model_name: q.model_name,
+      routing_group: q.routing_group,
+      lora_name: q.lora_name,
+      cache_salt: q.cache_salt,
+    })
+  })
+}
+
+#[napi(object)]
+pub struct HashQueryOut {
+  /// Each block's hash as its u64 bit pattern.
+  pub block_hashes: BigUint64Array,
+  pub model_name: String,
+  pub routing_group: Option<String>,
+  pub cache_salt: bool,
+}
+
+/// Reads the body of Dynamo's indexer `/query_by_hash` (as `parseTokenQuery`).
+#[napi]
+pub fn parse_hash_query(body: Buffer) -> Result<HashQueryOut, Code> {
+  guard_js(|| {
+    let q = codec::dynamo_query::parse_hash_query(&body)?;
+    Ok(HashQueryOut {
+      block_hashes: BigUint64Array::new(q.block_hashes),
+      model_name: q.model_name,
+      routing_group: q.routing_group,
+      cache_salt: q.cache_salt,
+    })
+  })
+}

@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { callNative, KvPlaneError } from '../../errors.js';
 import native from '../../native.js';
-import { nativeTokens } from '../../tokens.js';
 
 export { jsonExact } from '../../json.js';
 
@@ -58,7 +57,7 @@ export function parseJsonExact(text: string): unknown {
     }
     if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
       let j = i + 1;
-      while (j < n && /[0-9.eE+-]/.test(text[j] as string)) j++;
+      while (j < n && numberChar(text.charCodeAt(j))) j++;
       const tok = text.slice(i, j);
       // Only a JSON integer (no leading zero): anything else is left for `JSON.parse` to refuse.
       if (/^-?[1-9]\d{15,}$/.test(tok)) {
@@ -75,8 +74,68 @@ export function parseJsonExact(text: string): unknown {
   return parseJson(out);
 }
 
+/** Dynamo's `/query` body (`native.parseTokenQuery`). */
+export interface TokenQuery {
+  tokenIds: Uint32Array;
+  modelName: string;
+  routingGroup: string | null;
+  loraName: string | null;
+  cacheSalt: string | null;
+}
+
+/** Dynamo's `/query_by_hash` body (`native.parseHashQuery`). */
+export interface HashQuery {
+  blockHashes: BigUint64Array;
+  modelName: string;
+  routingGroup: string | null;
+  cacheSalt: boolean;
+}
+
+/** A `/query` body, read by the core (`queryBody`). */
+export function parseTokenQuery(bytes: Buffer): TokenQuery {
+  const q = queryBody(() => native.parseTokenQuery(bytes));
+  return {
+    tokenIds: q.tokenIds,
+    modelName: q.modelName,
+    routingGroup: q.routingGroup ?? null,
+    loraName: q.loraName ?? null,
+    cacheSalt: q.cacheSalt ?? null,
+  };
+}
+
+/** A `/query_by_hash` body, read by the core (`queryBody`). */
+export function parseHashQuery(bytes: Buffer): HashQuery {
+  const q = queryBody(() => native.parseHashQuery(bytes));
+  return {
+    blockHashes: q.blockHashes,
+    modelName: q.modelName,
+    routingGroup: q.routingGroup ?? null,
+    cacheSalt: q.cacheSalt,
+  };
+}
+
+/**
+ * A query's body read by the core (a long prompt's holds hundreds of thousands of numbers, which
+ * JS would parse into an object each): malformed JSON is a 400, a missing or mistyped field a 422.
+ */
+function queryBody<T>(read: () => T): T {
+  try {
+    return callNative(read);
+  } catch (err) {
+    if (err instanceof KvPlaneError && (err.code === 'ERR_DECODE' || err.code === 'ERR_INVALID_ARG')) {
+      throw new HttpError(err.code === 'ERR_DECODE' ? 400 : 422, err.message);
+    }
+    throw err;
+  }
+}
+
+/** A character of a JSON number: a digit, `.`, `e`, `E`, `+` or `-`. */
+function numberChar(c: number): boolean {
+  return (c >= 0x30 && c <= 0x39) || c === 0x2e || c === 0x65 || c === 0x45 || c === 0x2b || c === 0x2d;
+}
+
 /** `JSON.parse`, a 400 for malformed text. */
-export function parseJson(text: string): unknown {
+function parseJson(text: string): unknown {
   try {
     return JSON.parse(text);
   } catch (err) {
@@ -153,29 +212,5 @@ export class Fields {
     const v = dflt === undefined ? this.str(name) : this.str(name, dflt);
     if (v !== null && v.length > NAME_CHARS) this.#bad(name, `a string of at most ${NAME_CHARS} characters`);
     return v;
-  }
-
-  /** An array of token ids, as one typed array (each checked by the core: a u32). */
-  tokens(name: string): Uint32Array {
-    if (!this.has(name)) this.#missing(name);
-    const v = this.body[name];
-    if (!Array.isArray(v)) this.#bad(name, 'a sequence of u32');
-    return badInputAs(422, () => callNative(() => native.tokenIds(nativeTokens(v, name))));
-  }
-
-  /** An array of i64s (Dynamo's hash wire form), as their u64 bit patterns. */
-  hashes(name: string): BigUint64Array {
-    if (!this.has(name)) this.#missing(name);
-    const v = this.body[name];
-    if (!Array.isArray(v)) this.#bad(name, 'a sequence of i64');
-    const out = new BigUint64Array(v.length);
-    for (let i = 0; i < v.length; i++) {
-      const h = bigOf(v[i]);
-      if (h === null || h < -(1n << 63n) || h >= 1n << 63n) {
-        throw new HttpError(422, `${name}[${i}]: invalid value, expected i64`);
-      }
-      out[i] = BigInt.asUintN(64, h);
-    }
-    return out;
   }
 }

@@ -7,7 +7,16 @@ import { listen, requestUrl, serveJson } from '../../transports/http/listen.js';
 import type { MetricsOptions } from '../../transports/http/metrics.js';
 import type { RecoveryKind } from '../subscriptions/subscription.js';
 import { queryAnswer } from './answers.js';
-import { Fields, HttpError, jsonExact, parseJson, parseJsonExact } from './json.js';
+import {
+  Fields,
+  type HashQuery,
+  HttpError,
+  jsonExact,
+  parseHashQuery,
+  parseJsonExact,
+  parseTokenQuery,
+  type TokenQuery,
+} from './json.js';
 import { indexerMetrics } from './metrics.js';
 import { checkEndpoint, type Registration, Registry } from './registry.js';
 import { discoverNode, nodeUrl, sourceOf } from './sources.js';
@@ -168,10 +177,13 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       }
       if (method === 'GET') return await this.#get(route, url, res);
       const limit = route.startsWith('/query') ? QUERY_BODY_BYTES : BODY_BYTES;
-      const text = await readJson(req, limit);
-      // Token ids are u32: a /query body needs no exact u64 reading.
-      const body = Fields.of(route === '/query' ? parseJson(text) : parseJsonExact(text));
-      const answer = await this.#post(route, body);
+      const bytes = await readJson(req, limit);
+      const answer =
+        route === '/query'
+          ? this.#query(parseTokenQuery(bytes))
+          : route === '/query_by_hash'
+            ? this.#queryByHash(parseHashQuery(bytes))
+            : await this.#post(route, fieldsOf(bytes));
       // Query answers hold no bigints (instance ids are keys).
       this.#send(res, answer.status, answer.body, !route.startsWith('/query'));
     } catch (err) {
@@ -220,27 +232,25 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
           f.has('dp_rank') ? f.u32('dp_rank') : null,
         );
         return { status: 200, body: { status: 'ok' } };
-      case '/query': {
-        const tokens = f.tokens('token_ids');
-        const [model, group] = [f.str('model_name'), f.str('routing_group', 'default') as string];
-        const req = { loraName: f.str('lora_name', null), cacheSalt: f.str('cache_salt', null) };
-        const ix = this.registry.index(model, group);
-        const m = ix.findMatches(tokens, req);
-        return { status: 200, body: queryAnswer(m, ix.blockSize) };
-      }
-      default: {
-        const hashes = f.hashes('block_hashes');
-        if (f.has('cache_salt')) {
-          throw new HttpError(
-            400,
-            'cache_salt is not accepted by /query_by_hash; block_hashes must already include the intended cache salt',
-          );
-        }
-        const [model, group] = [f.str('model_name'), f.str('routing_group', 'default') as string];
-        const ix = this.registry.index(model, group);
-        return { status: 200, body: queryAnswer(ix.findMatchesByHash(hashes), ix.blockSize) };
-      }
     }
+    throw new HttpError(404, `no route ${route}`);
+  }
+
+  #query(q: TokenQuery): { status: number; body: unknown } {
+    const ix = this.registry.index(q.modelName, q.routingGroup ?? 'default');
+    const m = ix.findMatches(q.tokenIds, { loraName: q.loraName, cacheSalt: q.cacheSalt });
+    return { status: 200, body: queryAnswer(m, ix.blockSize) };
+  }
+
+  #queryByHash(q: HashQuery): { status: number; body: unknown } {
+    if (q.cacheSalt) {
+      throw new HttpError(
+        400,
+        'cache_salt is not accepted by /query_by_hash; block_hashes must already include the intended cache salt',
+      );
+    }
+    const ix = this.registry.index(q.modelName, q.routingGroup ?? 'default');
+    return { status: 200, body: queryAnswer(ix.findMatchesByHash(q.blockHashes), ix.blockSize) };
   }
 
   async #register(f: Fields): Promise<void> {
@@ -412,7 +422,18 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
 }
 
 /** The body of a JSON request, at most `limit` bytes (413 past it; 415 without a JSON content type). */
-async function readJson(req: IncomingMessage, limit: number): Promise<string> {
+/** A JSON body's fields, long integers exact (queries' bodies are read by the core). */
+function fieldsOf(bytes: Buffer): Fields {
+  let text: string;
+  try {
+    text = UTF8.decode(bytes);
+  } catch {
+    throw new HttpError(400, 'the request body is not valid UTF-8');
+  }
+  return Fields.of(parseJsonExact(text));
+}
+
+async function readJson(req: IncomingMessage, limit: number): Promise<Buffer> {
   const type = req.headers['content-type'] ?? '';
   if (!/^application\/json\s*(;|$)/i.test(type)) {
     req.resume();
@@ -437,11 +458,7 @@ async function readJson(req: IncomingMessage, limit: number): Promise<string> {
     });
     req.on('end', () => {
       if (size > limit) return reject(new HttpError(413, `request body over ${limit} bytes`));
-      try {
-        resolve(UTF8.decode(Buffer.concat(chunks)));
-      } catch {
-        reject(new HttpError(400, 'the request body is not valid UTF-8'));
-      }
+      resolve(Buffer.concat(chunks));
     });
     // The client went away mid-body: its error, not the server's (and it reads no answer).
     req.on('error', (err) => reject(new HttpError(400, `request body cut short: ${err.message}`)));
