@@ -145,6 +145,10 @@ describe.skipIf(!dynamoAvailable())(
         ['/register', `{"instance_id":77,"model_name":12345678901234567890,${reg}}`],
         ['/register', `{"instance_id":00000000000000000077,"model_name":"zz",${reg}}`],
         ['/query_by_hash', '{"block_hashes":[-00000000000000001],"model_name":"m"}'],
+        // Whole numbers written as floats are not integers to either.
+        ['/query_by_hash', '{"block_hashes":[1.0],"model_name":"m"}'],
+        ['/query', '{"token_ids":[1,2.0],"model_name":"m"}'],
+        ['/query', '{"token_ids":[1e2],"model_name":"m"}'],
         ['/register', Buffer.from(`{"instance_id":77,"model_name":"z\xff",${reg}}`, 'latin1')],
       ] as const) {
         const [a, b] = await Promise.all([post(dynamo.url, route, body), post(ours.url, route, body)]);
