@@ -164,6 +164,45 @@ describe.skipIf(!dynamoAvailable())(
       const lora = (await post(ours.url, '/query', { token_ids: [...extra], model_name: 'm', lora_name: 'adapter-a' }))
         .json;
       expect(lora.scores).toEqual({ '2': { '0': 2 * BS } });
+
+      // Dynamo's indexer's own metric families, by name, type, labels and buckets, and the
+      // request counts both took (the same requests, and the two queries above to kvplane alone).
+      const families = async (base: string) => {
+        const text = await (await fetch(`${base}/metrics`)).text();
+        const out: Record<string, { type: string; labels: string[]; les: string[] }> = {};
+        for (const [, n, type] of text.matchAll(/^# TYPE (dynamo_kvindexer_\S+) (\S+)$/gm))
+          out[n as string] = { type: type as string, labels: [], les: [] };
+        for (const [, n, labels] of text.matchAll(
+          /^(dynamo_kvindexer_[a-z_]+?)(?:_bucket|_sum|_count)?\{([^}]*)\}/gm,
+        )) {
+          const f = out[n as string];
+          if (f === undefined) continue;
+          for (const [, k, v] of (labels as string).matchAll(/(\w+)="([^"]*)"/g)) {
+            if (k === 'le') f.les.includes(v as string) || f.les.push(v as string);
+            else f.labels.includes(k as string) || f.labels.push(k as string);
+          }
+        }
+        const value = (series: string) =>
+          Number(text.match(new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\S+)$`, 'm'))?.[1] ?? Number.NaN);
+        return { families: out, value };
+      };
+      const [dynamoMetrics, ourMetrics] = await Promise.all([families(dynamo.url), families(ours.url)]);
+      expect(Object.keys(dynamoMetrics.families).length).toBeGreaterThanOrEqual(6);
+      for (const [n, f] of Object.entries(dynamoMetrics.families)) {
+        expect([n, ourMetrics.families[n]?.type]).toEqual([n, f.type]);
+        expect([n, [...(ourMetrics.families[n]?.labels ?? [])].sort()]).toEqual([n, [...f.labels].sort()]);
+        expect([n, ourMetrics.families[n]?.les]).toEqual([n, f.les]);
+      }
+      const queryCount = 'dynamo_kvindexer_requests_total{endpoint="/query",method="POST"}';
+      expect(ourMetrics.value(queryCount)).toBe(dynamoMetrics.value(queryCount) + 2);
+      for (const series of [
+        'dynamo_kvindexer_requests_total{endpoint="/query_by_hash",method="POST"}',
+        'dynamo_kvindexer_errors_total{endpoint="/query",status_class="4xx"}',
+        'dynamo_kvindexer_models',
+        'dynamo_kvindexer_workers',
+        'dynamo_kvindexer_listeners{status="active"}',
+      ])
+        expect([series, ourMetrics.value(series)]).toEqual([series, dynamoMetrics.value(series)]);
     }, 180_000);
   },
 );

@@ -2,6 +2,7 @@ import { Counter, Gauge, Registry as PromRegistry } from 'prom-client';
 import type { MetricsOptions } from '../../transports/http/metrics.js';
 import type { RouterIndexStats } from '../router_index.js';
 import type { SubscriptionStats } from '../subscriptions/subscription.js';
+import { dynamoIndexerMetrics } from './dynamo_metrics.js';
 import type { Registry } from './registry.js';
 
 /**
@@ -21,6 +22,8 @@ export function indexerMetrics(
   prom: PromRegistry;
   request(route: string): void;
   error(route: string, status: number): void;
+  /** A request to a route answered (Dynamo's indexer's families, `dynamo_metrics.ts`). */
+  answered(route: string, method: string, status: number, seconds: number): void;
   /** The scrape's text: every figure read once. */
   scrape(): Promise<string>;
 } {
@@ -38,6 +41,7 @@ export function indexerMetrics(
     labelNames: ['endpoint', 'status_class'],
     registers: [prom],
   });
+  const dynamo = dynamoIndexerMetrics(registry, prom, prefix);
   // Read once per scrape, not once per metric: a registry collects all its metrics in one tick.
   let snap: { subs: SubscriptionStats[]; indexes: Array<[string, RouterIndexStats]> } | null = null;
   const read = () => {
@@ -202,5 +206,6 @@ export function indexerMetrics(
     },
     request: (route) => requests.inc({ endpoint: route }),
     error: (route, status) => errors.inc({ endpoint: route, status_class: status >= 500 ? '5xx' : '4xx' }),
+    answered: dynamo.answered,
   };
 }

@@ -152,9 +152,15 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   }
 
   async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const t0 = performance.now();
     const url = requestUrl(req, 'http://indexer');
     const route = url?.pathname ?? '';
     const method = ROUTES[route];
+    if (method !== undefined && route !== '/metrics') {
+      res.once('close', () =>
+        this.#metrics.answered(route, req.method ?? '', res.statusCode, (performance.now() - t0) / 1000),
+      );
+    }
     try {
       if (url === null) throw new HttpError(400, 'malformed request target');
       if (method === undefined) throw new HttpError(404, `no route ${route}`);
