@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import type * as Native from '../../../index.js';
 import { callNative, KvPlaneError } from '../../errors.js';
 import native from '../../native.js';
 
@@ -74,44 +75,14 @@ export function parseJsonExact(text: string): unknown {
   return parseJson(out);
 }
 
-/** Dynamo's `/query` body (`native.parseTokenQuery`). */
-export interface TokenQuery {
-  tokenIds: Uint32Array;
-  modelName: string;
-  routingGroup: string | null;
-  loraName: string | null;
-  cacheSalt: string | null;
+/** A `/query` body (`{token_ids, model_name, routing_group?, lora_name?, cache_salt?}`), read by the core. */
+export function parseTokenQuery(bytes: Buffer): Native.TokenQueryOut {
+  return queryBody(() => native.parseTokenQuery(bytes));
 }
 
-/** Dynamo's `/query_by_hash` body (`native.parseHashQuery`). */
-export interface HashQuery {
-  blockHashes: BigUint64Array;
-  modelName: string;
-  routingGroup: string | null;
-  cacheSalt: boolean;
-}
-
-/** A `/query` body, read by the core (`queryBody`). */
-export function parseTokenQuery(bytes: Buffer): TokenQuery {
-  const q = queryBody(() => native.parseTokenQuery(bytes));
-  return {
-    tokenIds: q.tokenIds,
-    modelName: q.modelName,
-    routingGroup: q.routingGroup ?? null,
-    loraName: q.loraName ?? null,
-    cacheSalt: q.cacheSalt ?? null,
-  };
-}
-
-/** A `/query_by_hash` body, read by the core (`queryBody`). */
-export function parseHashQuery(bytes: Buffer): HashQuery {
-  const q = queryBody(() => native.parseHashQuery(bytes));
-  return {
-    blockHashes: q.blockHashes,
-    modelName: q.modelName,
-    routingGroup: q.routingGroup ?? null,
-    cacheSalt: q.cacheSalt,
-  };
+/** A `/query_by_hash` body (`{block_hashes, model_name, routing_group?, cache_salt?}`), read by the core. */
+export function parseHashQuery(bytes: Buffer): Native.HashQueryOut {
+  return queryBody(() => native.parseHashQuery(bytes));
 }
 
 /**

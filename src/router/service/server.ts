@@ -1,22 +1,14 @@
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type * as Native from '../../../index.js';
 import { type AbortOptions, openAbortable, runThenAbortable } from '../../abort.js';
 import { bearerMatches } from '../../transports/auth.js';
 import { listen, requestUrl, serveJson } from '../../transports/http/listen.js';
 import type { MetricsOptions } from '../../transports/http/metrics.js';
 import type { RecoveryKind } from '../subscriptions/subscription.js';
 import { queryAnswer } from './answers.js';
-import {
-  Fields,
-  type HashQuery,
-  HttpError,
-  jsonExact,
-  parseHashQuery,
-  parseJsonExact,
-  parseTokenQuery,
-  type TokenQuery,
-} from './json.js';
+import { Fields, HttpError, jsonExact, parseHashQuery, parseJsonExact, parseTokenQuery } from './json.js';
 import { indexerMetrics } from './metrics.js';
 import { checkEndpoint, type Registration, Registry } from './registry.js';
 import { discoverNode, nodeUrl, sourceOf } from './sources.js';
@@ -242,13 +234,13 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     throw new HttpError(404, `no route ${route}`);
   }
 
-  #query(q: TokenQuery): { status: number; body: unknown } {
+  #query(q: Native.TokenQueryOut): { status: number; body: unknown } {
     const ix = this.registry.index(q.modelName, q.routingGroup ?? 'default');
-    const m = ix.findMatches(q.tokenIds, { loraName: q.loraName, cacheSalt: q.cacheSalt });
+    const m = ix.findMatches(q.tokenIds, { loraName: q.loraName ?? null, cacheSalt: q.cacheSalt ?? null });
     return { status: 200, body: queryAnswer(m, ix.blockSize) };
   }
 
-  #queryByHash(q: HashQuery): { status: number; body: unknown } {
+  #queryByHash(q: Native.HashQueryOut): { status: number; body: unknown } {
     if (q.cacheSalt) {
       throw new HttpError(
         400,
