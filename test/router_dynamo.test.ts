@@ -143,6 +143,8 @@ describe.skipIf(!dynamoAvailable())(
       for (const [route, body] of [
         ['/register', `{"instance_id":"\\u0000int:16","model_name":"zz",${reg}}`],
         ['/register', `{"instance_id":77,"model_name":12345678901234567890,${reg}}`],
+        // Half a surrogate pair, escaped: no Unicode text.
+        ['/register', `{"instance_id":77,"model_name":"z\\ud800",${reg}}`],
         ['/register', `{"instance_id":00000000000000000077,"model_name":"zz",${reg}}`],
         ['/query_by_hash', '{"block_hashes":[-00000000000000001],"model_name":"m"}'],
         // Whole numbers written as floats are not integers to either.

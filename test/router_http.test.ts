@@ -1,14 +1,17 @@
+import { execFile } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, request, type ServerResponse } from 'node:http';
 import { type AddressInfo, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { decode as msgpackDecode, encode as msgpackEncode } from '@msgpack/msgpack';
 import { afterEach, describe, expect, it } from 'vitest';
 import { IndexerServer, KvEventPublisher, KvGrpcServer, KvHttpServer, RouterIndex } from '../dist/index.mjs';
 import { rawHttp, sleep, until } from './fixtures.js';
 import { post } from './router_fixtures.js';
 
+const execFileP = promisify(execFile);
 const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
@@ -167,6 +170,32 @@ describe('kvplane indexer HTTP API: bad input', () => {
     const tokens = `{"token_ids":[${Array.from({ length: 700_000 }, (_, i) => (i * 7919) % 150_000).join(',')}],"model_name":"m"}`;
     const q = await raw(ix.url, 'POST', '/query', tokens);
     expect(q.status).toBe(200);
+  });
+
+  it('reads a body over its limit to the end before answering 413, so a client still sending it reads the answer', async () => {
+    const ix = await indexer();
+    // Python's http.client sends the whole body before it reads the answer: answered at the
+    // limit (and the connection closed), it got a broken pipe instead of the 413.
+    const script = [
+      'import http.client, json, sys',
+      'c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)',
+      'body = b"{" + b" " * (int(sys.argv[2]) - 2) + b"}"',
+      'try:',
+      '    c.request("POST", sys.argv[3], body, {"content-type": "application/json"})',
+      '    r = c.getresponse()',
+      '    print(json.dumps({"status": r.status, "body": r.read().decode()}))',
+      'except Exception as e:',
+      '    print(json.dumps({"error": type(e).__name__}))',
+    ].join('\n');
+    for (const [path, size] of [
+      ['/query', 9 * 1024 * 1024],
+      ['/register', 3_000_000],
+    ] as const) {
+      const { stdout } = await execFileP('python3', ['-c', script, String(ix.port), String(size), path]);
+      const out = JSON.parse(stdout);
+      expect([path, out.status, out.error]).toEqual([path, 413, undefined]);
+      expect(JSON.parse(out.body).error).toMatch(/request body over \d+ bytes/);
+    }
   });
 
   it('answers requests that Node or URL refuse with a JSON 4xx, on the indexer and on a node, and keeps serving', async () => {

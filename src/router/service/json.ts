@@ -127,6 +127,9 @@ function bigOf(v: unknown): bigint | null {
  */
 export const NAME_CHARS = 1024;
 
+/** Half of a UTF-16 surrogate pair without its other half. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
 /** Field readers: a missing or mistyped field is a 422, as Dynamo's indexer answers. */
 export class Fields {
   constructor(readonly body: Record<string, unknown>) {}
@@ -173,6 +176,9 @@ export class Fields {
     const v = this.body[name];
     // A long integer literal is a marker string here, and still not a string.
     if (typeof v !== 'string' || v.startsWith(BIG)) this.#bad(name, 'a string');
+    // `JSON.parse` takes an escaped half of a surrogate pair alone (`"\ud800"`), which is no
+    // Unicode text: a JSON parser over UTF-8 (Dynamo's indexer's) refuses it as malformed.
+    if (LONE_SURROGATE.test(v)) throw new HttpError(400, `${name}: a lone surrogate (\\u escape) is not Unicode text`);
     return v;
   }
 

@@ -431,33 +431,35 @@ function fieldsOf(bytes: Buffer): Fields {
   return Fields.of(parseJsonExact(text));
 }
 
+/** How far past its limit a body is read (and dropped) before it is answered 413. */
+const DRAIN_BYTES = 64 * 1024 * 1024;
+
 async function readJson(req: IncomingMessage, limit: number): Promise<Buffer> {
   const type = req.headers['content-type'] ?? '';
   if (!/^application\/json\s*(;|$)/i.test(type)) {
     req.resume();
     throw new HttpError(415, 'Expected request with `Content-Type: application/json`');
   }
-  const declared = Number(req.headers['content-length'] ?? 0);
-  if (declared > limit) {
+  const over = () => new HttpError(413, `request body over ${limit} bytes`);
+  // A body over the limit is read on to its end (dropped), so that a client still sending it
+  // reads the answer rather than a connection reset; one over it by more than `DRAIN_BYTES` is
+  // answered at once (its connection is then closed).
+  if (Number(req.headers['content-length'] ?? 0) > limit + DRAIN_BYTES) {
     req.resume();
-    throw new HttpError(413, `request body over ${limit} bytes`);
+    throw over();
   }
-  // Read to the end even past the limit (what is over it is dropped), so the answer can be sent.
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (chunk: Buffer) => {
       size += chunk.length;
       if (size <= limit) chunks.push(chunk);
-      else if (chunks.length > 0) {
+      else {
         chunks.length = 0;
-        reject(new HttpError(413, `request body over ${limit} bytes`));
+        if (size > limit + DRAIN_BYTES) reject(over());
       }
     });
-    req.on('end', () => {
-      if (size > limit) return reject(new HttpError(413, `request body over ${limit} bytes`));
-      resolve(Buffer.concat(chunks));
-    });
+    req.on('end', () => (size > limit ? reject(over()) : resolve(Buffer.concat(chunks))));
     // The client went away mid-body: its error, not the server's (and it reads no answer).
     req.on('error', (err) => reject(new HttpError(400, `request body cut short: ${err.message}`)));
   });
