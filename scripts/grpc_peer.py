@@ -23,8 +23,8 @@
       on one connection, a SubscribeKvEvents from 0 (its batches read as they come), then a
       HealthCheck carrying one header field of BYTES bytes. Prints {"health": "CODE_NAME", "secs": s}
       when the HealthCheck ends, then {"stream": "CODE_NAME", "batches": n, "secs": s} when the
-      stream does (cancelled by the peer once the HealthCheck is OK); secs count from the
-      HealthCheck's start. Both calls have a 15 s deadline.
+      stream does (cancelled by the peer once the HealthCheck is OK and a batch came); secs
+      count from the HealthCheck's start. Both calls have a 15 s deadline.
 
 Snapshot chunks carry "snapshot": {"index", "count", "blocks"} as well ("unknown_before" when
 it is not 0); batches with a load record carry "load": the EngineLoad fields that are set, by their
@@ -132,6 +132,10 @@ def big_header(address: str, service: str, size: int) -> None:
         try:
             stub.HealthCheck(MESSAGES[service].HealthCheckRequest(), metadata=[("x-big", "a" * size)], timeout=15)
             emit({"health": "OK", "secs": round(time.monotonic() - t0, 2)})
+            # The stream goes on: the peer cancels it once it has read a batch (within 5 s).
+            until = time.monotonic() + 5
+            while not batches and time.monotonic() < until:
+                time.sleep(0.01)
             call.cancel()
         except grpc.RpcError as err:
             emit({"health": err.code().name, "secs": round(time.monotonic() - t0, 2)})
