@@ -136,6 +136,22 @@ describe.skipIf(!dynamoAvailable())(
         expect([token_ids, b.status]).toEqual([token_ids, a.status]);
         expect(b.status).toBe(422);
       }
+      // Content types: JSON's own and its `+json` kinds taken, others refused, by both.
+      for (const type of [
+        'Application/JSON',
+        'application/json; charset=utf-8',
+        'application/problem+json',
+        'application/jsonx',
+        'application/x-json',
+        'text/json',
+        'application/json, text/plain',
+      ]) {
+        const body = JSON.stringify({ token_ids: [1, 2], model_name: 'm' });
+        const send = (url: string) =>
+          fetch(`${url}/query`, { method: 'POST', headers: { 'content-type': type }, body }).then((r) => r.status);
+        const [a, b] = await Promise.all([send(dynamo.url), send(ours.url)]);
+        expect([type, b]).toEqual([type, a]);
+      }
       // Bodies that are not what they claim, refused by both with the same status: a string shaped
       // like the exact-integer reading's own marker, a long integer where a name goes, integers
       // with leading zeros (not JSON), bytes that are not UTF-8.

@@ -436,7 +436,8 @@ const DRAIN_BYTES = 64 * 1024 * 1024;
 
 async function readJson(req: IncomingMessage, limit: number): Promise<Buffer> {
   const type = req.headers['content-type'] ?? '';
-  if (!/^application\/json\s*(;|$)/i.test(type)) {
+  // JSON, or a type of its (`application/problem+json`): what Dynamo's indexer takes.
+  if (!/^application\/([\w.!#$&^-]+\+)?json\s*(;|$)/i.test(type)) {
     req.resume();
     throw new HttpError(415, 'Expected request with `Content-Type: application/json`');
   }
