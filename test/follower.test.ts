@@ -165,6 +165,46 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
     expect(c.counters).toMatchObject({ restarts: 1, duplicates: 0 });
   });
 
+  it('after a reconnect, fetches from the last seq applied without waiting for a live batch: a gap filled, a restart seen', () => {
+    const following = () => {
+      const f = new RankFollower({ replay: true, firstSeq: 0n });
+      for (const s of [0, 1, 2]) live(f, b(s));
+      return f;
+    };
+    // The engine published 3 and 4 while the socket was down, then went idle: fetched at once.
+    const a = following();
+    expect(short(follow(a, a.reconnected()))).toEqual(['f2']);
+    expect([2, 3, 4].flatMap((s) => short(follow(a, a.replayed(fetchId(a), b(s)))))).toEqual(['a3', 'a4']);
+    expect(short(follow(a, a.replayEnded(fetchId(a), true)))).toEqual([]);
+    expect(a.counters).toMatchObject({ gapsFilled: 1, duplicates: 1, cleared: 0, restarts: 0 });
+    // Nothing new: the last batch comes back, and nothing is counted but that duplicate.
+    const n = following();
+    follow(n, n.reconnected());
+    follow(n, n.replayed(fetchId(n), b(2)));
+    expect(short(follow(n, n.replayEnded(fetchId(n), true)))).toEqual([]);
+    expect(n.counters).toMatchObject({ gapsFilled: 0, duplicates: 1, cleared: 0, restarts: 0 });
+    // Not even the last batch: the engine restarted (an idle one sends no live batch to show it).
+    // The rank is cleared and the new incarnation's batches so far are fetched from its first seq.
+    const r = following();
+    follow(r, r.reconnected());
+    expect(short(follow(r, r.replayEnded(fetchId(r), true)))).toEqual(['c:restart', 'f0']);
+    expect([0, 1].flatMap((s) => short(follow(r, r.replayed(fetchId(r), b(s)))))).toEqual(['a0', 'a1']);
+    expect(short(follow(r, r.replayEnded(fetchId(r), true)))).toEqual([]);
+    expect(r.lastSeq).toBe(1n);
+    expect(r.counters).toMatchObject({ restarts: 1, cleared: 1 });
+    // No answer from the replay socket: nothing is known lost, nothing cleared.
+    const q = following();
+    follow(q, q.reconnected());
+    expect(short(follow(q, q.replayEnded(fetchId(q), false)))).toEqual([]);
+    expect(q.counters).toMatchObject({ cleared: 0, unrecoverable: 0 });
+    expect(short(live(q, b(3)))).toEqual(['a3']);
+    // Without replay (or before anything was applied), a reconnect fetches nothing.
+    const w = new RankFollower({ replay: false, firstSeq: 0n });
+    live(w, b(0));
+    expect(w.reconnected()).toEqual([]);
+    expect(new RankFollower({ replay: true, firstSeq: 0n }).reconnected()).toEqual([]);
+  });
+
   it('with resync, state replay cannot restore is loaded whole, then what was held follows it', () => {
     const f = new RankFollower({ replay: true, firstSeq: 0n, resync: true });
     const step = (steps: FollowStep[]) => {

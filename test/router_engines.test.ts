@@ -85,4 +85,35 @@ describe.each(['vllm', 'sglang'] as Engine[])('kvplane indexer following %s’s 
     expect(index.subscription(5n, 0)?.stats().restarts).toBe(1);
     expect(index.subscription(5n, 1)?.stats().restarts).toBe(1);
   }, 60_000);
+
+  it('sees an engine that restarted while idle (no live batch shows it): the old incarnation’s blocks go', async () => {
+    const peer = await enginePeer(cleanup, engine);
+    await peer.run({ op: 'store', rank: 0, hashes: [1, 2, 3], parent: null, per_batch: 1 });
+    await peer.run({ op: 'sync' });
+    const ix = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
+    cleanup.push(() => ix.close());
+    const reg = {
+      instance_id: 7,
+      endpoint: peer.endpoint,
+      replay_endpoint: peer.replay,
+      model_name: 'm',
+      block_size: BS,
+      engine,
+    };
+    expect((await post(ix.url, '/register', reg)).status).toBe(201);
+    const index = ix.registry.index('m', 'default');
+    const held = () => index.findMatches(tokensOf([1, 2, 3])).device[0] ?? 0;
+    await until(() => held() === 3, 'the three blocks, from the replay');
+    // Down and up again on the same ports, with an empty cache, publishing nothing: before, the
+    // router kept the three blocks for good (only a live batch showed it a restart).
+    const again = await restartEnginePeer(cleanup, engine, peer, [], () =>
+      until(() => index.subscription(7n, 0)?.stats().state !== 'live', 'disconnected', 10_000),
+    );
+    await until(() => held() === 0, 'the old blocks dropped', 10_000);
+    expect(index.subscription(7n, 0)?.stats().restarts).toBe(1);
+    // The new incarnation is followed from its first batch.
+    await again.run({ op: 'store', rank: 0, hashes: [1, 9], parent: null, per_batch: 1 });
+    await again.run({ op: 'sync' });
+    await until(() => index.findMatches(tokensOf([1, 9])).device[0] === 2, 'the new blocks', 10_000);
+  }, 60_000);
 });

@@ -108,6 +108,14 @@ export class RankFollower {
   #joining = false;
   /** The live socket reconnected since its last batch: the engine may be a new incarnation. */
   #reconnected = false;
+  /**
+   * The fetch in progress is `reconnected()`'s, from the last seq applied, and whether any batch
+   * of it came (none at all: the engine no longer has that seq, nor any after it).
+   */
+  #rejoining = false;
+  #rejoinSeen = false;
+  /** The seq expected next when the rejoin fetch began. */
+  #rejoinNext: bigint | null = null;
   /** A `resync` step is in progress (live batches are held, as during a fetch). */
   #resyncing = false;
 
@@ -173,10 +181,20 @@ export class RankFollower {
   /**
    * The live socket connected again after losing its connection. If the next live batch is older
    * than what was applied, the engine restarted, even when no live batch of its last incarnation
-   * was seen (a rank known only from its replay).
+   * was seen (a rank known only from its replay). And without waiting for one (an idle engine
+   * may send none for long): what it published meanwhile is fetched from its replay, from the
+   * last seq applied on. An engine keeps its newest batches, so one that answers with none at all,
+   * not even that one, has fallen back: it restarted, and the rank starts over
+   * (`replayEnded`).
    */
-  reconnected(): void {
+  reconnected(): FollowStep[] {
     this.#reconnected = true;
+    const next = this.#next;
+    if (!this.#opts.replay || next === null || next <= this.#opts.firstSeq || this.#fetching) return [];
+    this.#rejoining = true;
+    this.#rejoinSeen = false;
+    this.#rejoinNext = next;
+    return this.#startFetch(next - 1n, null);
   }
 
   /**
@@ -265,6 +283,7 @@ export class RankFollower {
    */
   replayed(fetch: number, batch: EngineBatch): FollowStep[] {
     if (!this.fetchWanted(fetch)) return [];
+    this.#rejoinSeen = true;
     if (this.#aheadOfLive('replay', batch.seq)) return this.replayEnded(fetch, false);
     const next = this.#next ?? this.#opts.firstSeq;
     if (batch.seq < next) {
@@ -290,6 +309,29 @@ export class RankFollower {
     const held = this.#held;
     this.#held = [];
     const steps: FollowStep[] = [];
+    const rejoining = this.#rejoining;
+    this.#rejoining = false;
+    if (rejoining && !ok) {
+      // No answer after a reconnect: nothing is known to be lost; the next live batch shows it.
+      for (const b of held) steps.push(...this.#continue(b));
+      return steps;
+    }
+    if (rejoining && !this.#rejoinSeen && !this.#fetchGap) {
+      // Not even the last seq applied: the engine's seqs fell back while the socket was down.
+      // (Its old live seqs say nothing of the new incarnation's.)
+      this.#count('restarts');
+      this.#next = null;
+      this.#lastLive = null;
+      this.#reconnected = false;
+      this.#overflowed = false;
+      if (this.#opts.resync) return this.#lose('restart', held);
+      steps.push(this.#clear('restart'));
+      // The new incarnation's batches so far, as a join fetches them.
+      this.#joining = true;
+      steps.push(...this.#startFetch(this.#opts.firstSeq, null));
+      this.#held = held;
+      return steps;
+    }
     const first = held[0];
     const joining = this.#joining;
     this.#joining = false;
@@ -314,7 +356,7 @@ export class RankFollower {
       if (first !== undefined) this.#next = first.seq;
     } else if (this.#fetchGap)
       this.#count('unrecoverable'); // cleared when the replay skipped
-    else this.#count('gapsFilled');
+    else if (!rejoining || this.#next !== this.#rejoinNext) this.#count('gapsFilled'); // not a rejoin that found nothing new
     this.#overflowed = false;
     this.#fetchGap = false;
     for (const b of held) steps.push(...this.#continue(b));

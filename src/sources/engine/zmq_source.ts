@@ -457,7 +457,7 @@ class RankLink {
       },
       connected: () => {
         this.connected = true;
-        if (this.#lost) this.follower.reconnected();
+        if (this.#lost) this.#run(this.follower.reconnected());
         this.#reopen();
       },
       disconnected: () => {
