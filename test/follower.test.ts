@@ -228,7 +228,13 @@ describe('RankFollower: one engine rank followed by its seqs', () => {
     expect(gap.map((x) => x.kind)).toEqual(['resync']);
     const id = (gap[0] as { fetch: number }).fetch;
     expect(short(g.resyncFailed(id))).toEqual(['c:gap', 'a5']);
-    expect(g.counters).toMatchObject({ unrecoverable: 1, cleared: 1, resynced: 0 });
+    // Loaded again later (the rank holds only what came since the failure), once at a time.
+    const again = g.resyncAgain();
+    expect(again.map((x) => x.kind)).toEqual(['resync']);
+    expect(g.resyncAgain()).toEqual([]);
+    expect(short(g.resynced((again[0] as { fetch: number }).fetch, 5n))).toEqual([]);
+    expect(new RankFollower({ replay: true, firstSeq: 0n }).resyncAgain()).toEqual([]);
+    expect(g.counters).toMatchObject({ unrecoverable: 1, cleared: 1, resynced: 1 });
   });
 
   it('refuses a replay or a loaded state far ahead of the live stream, and starts over when live batches fall far behind', () => {

@@ -495,6 +495,42 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
     expect(stolen).toBe(0);
   });
 
+  it("loads a node's state again after a failed load (the worker was cleared), 10 s later", async () => {
+    const { publisher, http } = await kvNodeHolding(41n);
+    // The node's own answers, its /kv_recover failing until `failing` is unset.
+    let failing = true;
+    const url = await serveLocal(async (req, res) => {
+      if (failing && req.url?.startsWith('/kv_recover')) {
+        res.writeHead(500);
+        return void res.end();
+      }
+      const own = await fetch(`http://127.0.0.1:${http.port}${req.url}`);
+      res.writeHead(own.status, { 'content-type': own.headers.get('content-type') ?? 'application/json' });
+      res.end(Buffer.from(await own.arrayBuffer()));
+    });
+    const ix = await indexer();
+    const reg = { instance_id: 5, endpoint: publisher.endpoint, url, model_name: 'm', block_size: 4 };
+    expect((await post(ix.url, '/register', reg)).status).toBe(201);
+    const sub = () => ix.registry.index('m', 'default').subscription(5n)?.stats();
+    for (let i = 0; i < 150 && !/kv_recover: HTTP 500/.test(sub()?.lastError ?? ''); i++) {
+      publisher.publish([{ type: 'removed', blockHashes: [999n] }]);
+      await sleep(20);
+    }
+    expect(sub()?.lastError).toMatch(/^loading the state failed: .*\/kv_recover: HTTP 500$/);
+    const query = { token_ids: [1, 2, 3, 4], model_name: 'm' };
+    expect((await post(ix.url, '/query', query)).json.scores).toEqual({});
+    // The node answers again: before, the worker stayed without the node's block for good.
+    failing = false;
+    const t0 = Date.now();
+    let scores: unknown = {};
+    while (Date.now() - t0 < 15_000 && JSON.stringify(scores) !== '{"5":{"0":4}}') {
+      await sleep(200);
+      scores = (await post(ix.url, '/query', query)).json.scores;
+    }
+    expect(scores).toEqual({ '5': { '0': 4 } });
+    expect(sub()?.recoveries.snapshot).toBeGreaterThanOrEqual(1);
+  }, 30_000);
+
   it("says so when a node's /kv_recover dump claims a seq far ahead of its live stream (loaded, then cleared)", async () => {
     const { publisher, http } = await kvNodeHolding(31n);
     // The node's own dump, its last_seq moved 2^40 ahead: not a seq this stream will reach.

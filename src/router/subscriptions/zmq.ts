@@ -194,15 +194,16 @@ export class ZmqSubscription implements Subscription {
 
   /**
    * The node's whole state from its `/kv_recover` tree dump, replacing the worker's: its seq. A
-   * node that does not answer (restarting) is asked again after 0.2, 0.4 and 0.8 s before the
-   * worker is given up on (cleared).
+   * node that refuses the connection (restarting) is asked again after 0.2, 0.4 and 0.8 s before
+   * the load fails (the worker cleared, and loaded again later: `RankLink`); one that answers
+   * too slowly or wrongly is not asked again at once.
    */
   async #treeDump(target: RouterTarget, url: string): Promise<bigint> {
     for (let attempt = 0; ; attempt++) {
       try {
         return await this.#treeDumpOnce(target, url);
       } catch (err) {
-        if (attempt >= 3 || this.#closed) throw err;
+        if (attempt >= 3 || this.#closed || !/fetch failed/.test((err as Error).message)) throw err;
         await new Promise((r) => setTimeout(r, 200 * 2 ** attempt));
       }
     }

@@ -389,6 +389,15 @@ export class RankFollower {
     return held.flatMap((b) => this.#continue(b));
   }
 
+  /**
+   * The publisher's state loaded again (its last load failed, so the rank holds only what came
+   * since): a `resync` step, unless a fetch or load is in progress (it comes to the same).
+   */
+  resyncAgain(): FollowStep[] {
+    if (!this.#opts.resync || this.#fetching) return [];
+    return this.#lose('gap', []);
+  }
+
   /** Loading the state failed: the rank is cleared and rebuilds from what follows. */
   resyncFailed(fetch: number): FollowStep[] {
     if (!this.#resyncing || fetch !== this.#fetch) return [];

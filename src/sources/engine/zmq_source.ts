@@ -163,6 +163,9 @@ const REPLAY_MALFORMED_MAX = 1000;
 const SESSION_ENDED_MS = 1000;
 /** A feed whose sessions keep ending so connects again 1 s after the drop, doubling to this. */
 const SESSION_RETRY_MAX_MS = 30_000;
+/** The first wait before the state is loaded again after a load failed; it doubles to the max. */
+const RESYNC_RETRY_MS = 10_000;
+const RESYNC_RETRY_MAX_MS = 300_000;
 /** libzmq's reconnect interval: a connection that ended before its handshake is retried after it. */
 const ZMQ_RECONNECT_MS = 100;
 
@@ -390,6 +393,9 @@ class RankLink {
   readonly #fetches = new Map<Dealer, Promise<void>>();
   /** State loads in progress (`resync`). */
   readonly #resyncs = new Set<Promise<void>>();
+  /** Loads of the state that failed in a row, and the timer of the next try. */
+  #resyncFailures = 0;
+  #resyncTimer: NodeJS.Timeout | null = null;
   /** Batches the follower said to apply, not relayed yet: what arrived together goes on as one. */
   #waiting: EngineBatch[] = [];
   #waitingBytes = 0;
@@ -500,6 +506,8 @@ class RankLink {
     } catch {
       // The sink closed first: what waited goes with it.
     }
+    if (this.#resyncTimer) clearTimeout(this.#resyncTimer);
+    this.#resyncTimer = null;
     const closing = this.#feed.close();
     for (const d of this.#fetches.keys()) d.close();
     await Promise.allSettled([closing, ...this.#fetches.values(), ...this.#resyncs]);
@@ -598,6 +606,24 @@ class RankLink {
     this.#run(last === null ? this.follower.resyncFailed(fetch) : this.follower.resynced(fetch, last));
     this.#relayWaiting();
     this.#reopen();
+    if (last !== null) this.#resyncFailures = 0;
+    else this.#resyncLater();
+  }
+
+  /**
+   * After a failed load the rank was cleared and holds only what came since: the state is loaded
+   * again later, 10 s after the failure, doubling to 5 min while loads keep failing, until one
+   * succeeds.
+   */
+  #resyncLater(): void {
+    const waitMs = Math.min(RESYNC_RETRY_MAX_MS, RESYNC_RETRY_MS * 2 ** Math.min(this.#resyncFailures, 16));
+    this.#resyncFailures++;
+    if (this.#resyncTimer) clearTimeout(this.#resyncTimer);
+    this.#resyncTimer = setTimeout(() => {
+      this.#resyncTimer = null;
+      if (!this.#feed.closed) this.#run(this.follower.resyncAgain());
+    }, waitMs);
+    this.#resyncTimer.unref();
   }
 
   /**
