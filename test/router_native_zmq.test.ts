@@ -1,7 +1,8 @@
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { createServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Publisher, Router } from 'zeromq';
 import { encodeBatch, type KvEvent, RouterIndex } from '../dist/index.mjs';
@@ -12,6 +13,7 @@ import { freePort, repoPath, sleep, storedBlock, until } from './fixtures.js';
 // publishers here are libzmq's (zeromq.js); vLLM's and SGLang's own (pyzmq) are followed the same
 // way in router_engines.test.ts.
 
+const execFileP = promisify(execFile);
 const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
@@ -409,6 +411,21 @@ describe('native ZMQ link', () => {
       await sleep(100);
     }
   }, 30_000);
+
+  it('probes its connections to publishers with TCP keepalive (a dead host or a partition is noticed however quiet), native and js', async () => {
+    for (const zmqReceive of ['native', 'js'] as const) {
+      const { pub, endpoint } = await publisher();
+      cleanup.push(() => pub.close());
+      const index = new RouterIndex({ blockSize: 16, zmqReceive });
+      cleanup.push(() => index.close());
+      const sub = index.subscribe(W, { kind: 'zmq', endpoint });
+      await until(() => sub.stats().state === 'live', `${zmqReceive}: connected`, 10_000);
+      // The kernel's view of the subscriber's connection: a keepalive timer on an idle socket.
+      const port = endpoint.split(':').at(-1) as string;
+      const { stdout } = await execFileP('ss', ['-tnoH', 'state', 'established', `( dport = :${port} )`]);
+      expect([zmqReceive, stdout]).toEqual([zmqReceive, expect.stringMatching(/timer:\(keepalive,/)]);
+    }
+  });
 
   it('a closed index lets the process exit: its links hold nothing that keeps Node running', async () => {
     const port = await freePort();

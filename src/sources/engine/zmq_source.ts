@@ -199,6 +199,12 @@ class ZmqjsFeed implements LiveFeed {
       receiveHighWaterMark: o.receiveHwm ?? 10_000,
       maxMessageSize: MAX_FRAME_BYTES,
       ...(o.reconnectMaxMs ? { reconnectMaxInterval: o.reconnectMaxMs } : {}),
+      // A publisher whose host died or that a partition cut off is noticed within about 25 s
+      // however quiet, as the native link notices it.
+      tcpKeepalive: 1,
+      tcpKeepaliveIdle: 10,
+      tcpKeepaliveInterval: 5,
+      tcpKeepaliveCount: 3,
     });
   }
 
