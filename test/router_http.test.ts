@@ -289,6 +289,8 @@ describe('kvplane indexer HTTP API: bad input', () => {
       metrics = await (await fetch(`${ix.url}/metrics`)).text();
     }
     expect(metrics).toContain('kvplane_indexer_errors_total{endpoint="/query",status_class="4xx"} 3');
+    // Dynamo's families count them the same way.
+    expect(metrics).toContain('dynamo_kvindexer_errors_total{endpoint="/query",status_class="4xx"} 3');
     expect(metrics).not.toMatch(/status_class="5xx"/);
   });
 

@@ -148,11 +148,6 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     const url = requestUrl(req, 'http://indexer');
     const route = url?.pathname ?? '';
     const method = ROUTES[route];
-    if (method !== undefined && route !== '/metrics') {
-      res.once('close', () =>
-        this.#metrics.answered(route, req.method ?? '', res.statusCode, (performance.now() - t0) / 1000),
-      );
-    }
     try {
       if (url === null) throw new HttpError(400, 'malformed request target');
       if (method === undefined) throw new HttpError(404, `no route ${route}`);
@@ -189,6 +184,11 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       if (method !== undefined) this.#metrics.error(route, status);
       if (status === 413) res.setHeader('connection', 'close');
       this.#send(res, status, { error: (err as Error).message });
+    } finally {
+      // With the status answered (a client gone midway included: its 400 is written, not sent).
+      if (method !== undefined && route !== '/metrics') {
+        this.#metrics.answered(route, req.method ?? '', res.statusCode, (performance.now() - t0) / 1000);
+      }
     }
   }
 
