@@ -1,5 +1,6 @@
 import type { Client, ClientReadableStream, Metadata, ServiceError } from '@grpc/grpc-js';
 import { grpcJs } from '../../optional.js';
+import { keepaliveOptions } from '../../transports/grpc/keepalive.js';
 import { encodeSubscribeRequest, subscribePath } from '../../transports/grpc/services.js';
 import { status, statusName } from '../../transports/grpc/status.js';
 import { checkCount, INT32_MAX, MAX_FRAME_BYTES } from '../../transports/zmq/config.js';
@@ -101,14 +102,12 @@ export class GrpcSubscription implements Subscription {
     this.workerId = o.workerId;
     this.dpRank = o.dpRank ?? 0;
     const grpc = grpcJs();
-    const keepaliveMs = checkCount('keepaliveMs', o.keepaliveMs ?? DEFAULT_KEEPALIVE_MS, INT32_MAX);
     this.#snapshotStallMs = checkCount('snapshotStallMs', o.snapshotStallMs ?? DEFAULT_SNAPSHOT_STALL_MS, INT32_MAX);
     this.#client = new grpc.Client(o.address, grpc.credentials.createInsecure(), {
       'grpc.max_receive_message_length': checkCount('maxMessageBytes', o.maxMessageBytes ?? MAX_FRAME_BYTES, INT32_MAX),
       'grpc.initial_reconnect_backoff_ms': 100,
       'grpc.max_reconnect_backoff_ms': 5000,
-      'grpc.keepalive_time_ms': keepaliveMs,
-      'grpc.keepalive_timeout_ms': Math.min(10_000, keepaliveMs),
+      ...keepaliveOptions(o.keepaliveMs ?? DEFAULT_KEEPALIVE_MS),
     });
     this.#stats = {
       workerId: o.workerId,

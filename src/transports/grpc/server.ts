@@ -19,6 +19,7 @@ import { bearerMatches } from '../auth.js';
 import { idleConnectionMs } from '../idle.js';
 import { checkCount, INT32_MAX, MAX_FRAME_BYTES } from '../zmq/config.js';
 import { ENGINE_METHODS, type EngineMethod } from './engine_methods.js';
+import { keepaliveOptions } from './keepalive.js';
 import { EngineLoadPoller, type LoadPollStats } from './loads.js';
 import { decodeSubscribeRequest, encodeHealthResponse, KV_EVENT_SERVICES, rawMethod } from './services.js';
 import { status } from './status.js';
@@ -155,8 +156,6 @@ const DEFAULT_MAX_SNAPSHOTS = 4;
 const DEFAULT_MAX_SUBSCRIBERS = 1024;
 const DEFAULT_IDLE_CONNECTION_MS = 300_000;
 const DEFAULT_KEEPALIVE_MS = 30_000;
-/** The longest wait for a ping's answer. */
-const KEEPALIVE_TIMEOUT_MS = 10_000;
 const DEFAULT_LOAD_POLL_MS = 1000;
 
 type Call = ServerWritableStream<Buffer, Buffer>;
@@ -259,15 +258,13 @@ export class KvGrpcServer extends EventEmitter<KvGrpcServerEvents> {
 
   static async #create(opts: KvGrpcServerOptions): Promise<KvGrpcServer> {
     const grpc = grpcJs();
-    const keepaliveMs = checkCount('keepaliveMs', opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS, INT32_MAX);
     const server = new grpc.Server({
       'grpc.max_send_message_length': -1,
       // Requests forwarded to an engine as large as a frame anywhere else (an inline image is
       // megabytes; vLLM's own server takes any size); kvplane's own requests are a few bytes.
       ...(opts.upstream ? { 'grpc.max_receive_message_length': MAX_FRAME_BYTES } : {}),
       'grpc.max_connection_idle_ms': idleConnectionMs(opts.idleConnectionMs, DEFAULT_IDLE_CONNECTION_MS),
-      'grpc.keepalive_time_ms': keepaliveMs,
-      'grpc.keepalive_timeout_ms': Math.min(KEEPALIVE_TIMEOUT_MS, keepaliveMs),
+      ...keepaliveOptions(opts.keepaliveMs ?? DEFAULT_KEEPALIVE_MS),
     });
     const self = new KvGrpcServer(server, opts);
     for (const service of opts.services ?? KV_EVENT_SERVICES) {
