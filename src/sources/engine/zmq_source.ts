@@ -281,16 +281,21 @@ class ZmqjsFeed implements LiveFeed {
     h.failed(
       `${this.#endpoint}: ${why} before its handshake (${this.#failures} in a row); connecting again in ${waitMs} ms`,
     );
-    if (waitMs <= ZMQ_RECONNECT_MS || this.#retryTimer) return;
+    if (waitMs > ZMQ_RECONNECT_MS) this.#connectAgainIn(waitMs);
+  }
+
+  /** Stops libzmq's own attempts at the endpoint, if any, and connects it again in `ms`. */
+  #connectAgainIn(ms: number): void {
+    if (this.#retryTimer) return;
     try {
       this.#sub.disconnect(this.#endpoint);
     } catch {
-      // Already gone.
+      // Already gone with its session.
     }
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = null;
       if (!this.#sub.closed) this.#sub.connect(this.#endpoint);
-    }, waitMs);
+    }, ms);
   }
 
   #disarm(): void {
@@ -313,16 +318,7 @@ class ZmqjsFeed implements LiveFeed {
         Math.min(SESSION_RETRY_MAX_MS, SESSION_ENDED_MS * 2 ** Math.min(this.#ended, 5)) - SESSION_ENDED_MS;
       this.#ended++;
       h.refused(`${why}; connecting again ${delayMs === 0 ? 'now' : `in ${delayMs} ms`}`);
-      this.#endedTimer = setTimeout(() => {
-        this.#endedTimer = null;
-        if (this.#sub.closed) return;
-        try {
-          this.#sub.disconnect(this.#endpoint);
-        } catch {
-          // Already gone with its session.
-        }
-        this.#sub.connect(this.#endpoint);
-      }, delayMs);
+      this.#connectAgainIn(delayMs);
     }, SESSION_ENDED_MS);
   }
 
