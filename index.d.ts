@@ -9,6 +9,17 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** One index of a dump. */
+export declare class NativeDumpedIndex {
+  /** `model_name:routing_group`, as the dump names it. */
+  get name(): string
+  get blockSize(): number
+  /** Its stored events. */
+  get segments(): number
+  /** Events left out: not stored ones, or of a tier not indexed. */
+  get skipped(): number
+}
+
 export declare class NativeEngineLoads {
   /**
    * Reads the `GetLoadsResponse` of engine service `service` (a full service name: each
@@ -131,6 +142,12 @@ export declare class NativeLocalIndexer {
 }
 
 export declare class NativeRouterIndex {
+  /**
+   * Stores a dumped index's segments over what the index holds (one writer's turn, a few
+   * blocks per write lock), but those of the workers in `skip`. A segment whose parent is
+   * unknown is counted as a drop.
+   */
+  restore(dump: NativeDumpedIndex, skip?: BigUint64Array | undefined | null): RestoredOut
   constructor(blockSize: number)
   get blockSize(): number
   /**
@@ -488,6 +505,12 @@ export interface NativeIndexerOptions {
   firstSeq?: bigint
 }
 
+/**
+ * Reads the body of Dynamo's indexer `GET /dump` (kvplane's or Dynamo's); `ERR_DECODE` when
+ * it is not one.
+ */
+export declare function parseDynamoDump(body: Buffer): Array<NativeDumpedIndex>
+
 /** Reads the body of Dynamo's indexer `/query_by_hash` (as `parseTokenQuery`). */
 export declare function parseHashQuery(body: Buffer): HashQueryOut
 
@@ -548,6 +571,11 @@ export interface ReplayOut {
   payloads: Array<Buffer>
 }
 
+export interface RestoredOut {
+  segments: number
+  blocks: number
+}
+
 export interface RouterAppliedOut {
   /** `applied`, `duplicate` or `gap`. */
   outcome: string
@@ -565,6 +593,8 @@ export interface RouterDumpSegmentOut {
   dpRank: number
   parent?: bigint
   blockHashes: BigUint64Array
+  /** Each block's own content hash (Dynamo's `tokens_hash`). */
+  contentHashes: BigUint64Array
 }
 
 /** Per worker holding the request's first block in some tier: parallel arrays, in blocks. */

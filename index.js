@@ -835,6 +835,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.NativeDumpedIndex = nativeBinding.NativeDumpedIndex
 module.exports.NativeEngineLoads = nativeBinding.NativeEngineLoads
 module.exports.NativeEventQueue = nativeBinding.NativeEventQueue
 module.exports.NativeLocalIndexer = nativeBinding.NativeLocalIndexer
@@ -855,6 +856,7 @@ module.exports.hashBlocks = nativeBinding.hashBlocks
 module.exports.hashBlocksAsync = nativeBinding.hashBlocksAsync
 module.exports.hashBlocksWithDigests = nativeBinding.hashBlocksWithDigests
 module.exports.matchesLayout = nativeBinding.matchesLayout
+module.exports.parseDynamoDump = nativeBinding.parseDynamoDump
 module.exports.parseHashQuery = nativeBinding.parseHashQuery
 module.exports.parseTokenQuery = nativeBinding.parseTokenQuery
 module.exports.toInt64 = nativeBinding.toInt64

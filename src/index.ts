@@ -59,6 +59,7 @@ export {
   type KvEventPublisherOptions,
   type PublisherStats,
 } from './publisher.js';
+export { type DumpedIndex, readIndexerDump } from './router/indexer_dump.js';
 export type { FindMatchesRequest, RouterMatches } from './router/matches.js';
 export {
   type RouterDumpSegment,

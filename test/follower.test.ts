@@ -15,6 +15,43 @@ const short = (steps: FollowStep[]) =>
   steps.map((s) => (s.kind === 'apply' ? `a${s.batch.seq}` : s.kind === 'fetch' ? `f${s.from}` : `c:${s.reason}`));
 
 describe('RankFollower: one engine rank followed by its seqs', () => {
+  it('holds live batches while the state is loaded elsewhere, then goes on from it without a clear or a fetch', () => {
+    // Known: the first batch held, whatever its seq, goes on from the state loaded.
+    const f = new RankFollower({ replay: true, firstSeq: 0n });
+    expect(f.hold()).toEqual([]);
+    expect(f.join()).toEqual([]); // no join fetch while held
+    expect([7, 8, 9].flatMap((s) => short(live(f, b(s))))).toEqual([]);
+    expect(f.inOrderNext).toBeNull();
+    expect(short(f.release(true))).toEqual(['a7', 'a8', 'a9']);
+    expect(short(live(f, b(10)))).toEqual(['a10']);
+    expect(f.inOrderNext).toBe(11n);
+    expect(f.counters).toMatchObject({ applied: 4, cleared: 0, unrecoverable: 0 });
+    expect(f.unknownBefore).toBe(0n);
+    // Known, nothing held: the next live batch goes on from the state.
+    const idle = new RankFollower({ replay: false, firstSeq: 0n });
+    idle.hold();
+    expect(idle.release(true)).toEqual([]);
+    expect(short(live(idle, b(40)))).toEqual(['a40']);
+    expect(idle.counters.cleared).toBe(0);
+    // Not known (no peer answered): the rank joins as it would have, here a gap without replay.
+    const lost = new RankFollower({ replay: false, firstSeq: 0n });
+    lost.hold();
+    live(lost, b(5));
+    expect(short(lost.release(false))).toEqual(['c:gap', 'a5']);
+    // Held past the bound: cleared, and rebuilt from the first held.
+    const over = new RankFollower({ replay: false, firstSeq: 0n, maxHeld: 2 });
+    over.hold();
+    for (const s of [3, 4, 5]) live(over, b(s));
+    expect(short(over.release(true))).toEqual(['c:held_overflow', 'a3', 'a4']);
+    expect(over.counters).toMatchObject({ heldDropped: 1, unrecoverable: 1 });
+    // A rank already applying is not held; a second release does nothing.
+    const on = new RankFollower({ replay: false, firstSeq: 0n });
+    live(on, b(0));
+    on.hold();
+    expect(short(live(on, b(1)))).toEqual(['a1']);
+    expect(on.release(true)).toEqual([]);
+  });
+
   it('applies a dense stream from the engine first seq', () => {
     const f = new RankFollower({ replay: true, firstSeq: 0n });
     expect([0, 1, 2].flatMap((s) => short(live(f, b(s))))).toEqual(['a0', 'a1', 'a2']);

@@ -36,8 +36,13 @@ export async function post(
 export interface DynamoIndexer {
   url: string;
   proc: ChildProcess;
+  /** What it wrote to stderr (its log), the last 64 KB. */
+  log(): string;
   stop(): Promise<void>;
 }
+
+/** Terminal colour codes (Dynamo's log has them). */
+const ANSI_COLOUR = new RegExp(`${String.fromCharCode(27)}\\[[0-9;]*m`, 'g');
 
 /** Whether Dynamo's standalone indexer (PyPI ai-dynamo-runtime) runs here. */
 export function dynamoAvailable(): boolean {
@@ -46,12 +51,19 @@ export function dynamoAvailable(): boolean {
 }
 
 /** `python3 -m dynamo.indexer` on a free port, once its `/health` answers. */
-export async function startDynamoIndexer(threads = 1): Promise<DynamoIndexer> {
+export async function startDynamoIndexer(threads = 1, args: readonly string[] = []): Promise<DynamoIndexer> {
   const port = await freePort();
-  const proc = spawn('python3', ['-m', 'dynamo.indexer', '--port', String(port), '--threads', String(threads)], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  const proc = spawn(
+    'python3',
+    ['-m', 'dynamo.indexer', '--port', String(port), '--threads', String(threads), ...args],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   const exited = new Promise((r) => proc.on('exit', r));
+  // Read (a full pipe would stall it), the last 64 KB kept without colour codes.
+  let log = '';
+  proc.stderr?.on('data', (d: Buffer) => {
+    log = (log + d.toString().replace(ANSI_COLOUR, '')).slice(-65536);
+  });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 200; i++) {
     try {
@@ -63,6 +75,7 @@ export async function startDynamoIndexer(threads = 1): Promise<DynamoIndexer> {
   return {
     url,
     proc,
+    log: () => log,
     async stop() {
       proc.kill('SIGTERM');
       await exited;

@@ -1,4 +1,5 @@
 import { KvPlaneError } from '../errors.js';
+import { checkPeerUrl } from '../router/service/peers.js';
 import { IndexerServer, type IndexerServerOptions } from '../router/service/server.js';
 import { readToken } from './token.js';
 
@@ -9,9 +10,10 @@ export interface IndexerConfig extends IndexerServerOptions {
 const HELP = `Usage: kvplane indexer [flags]
 
 A router-side KV indexer serving Dynamo's standalone indexer HTTP API (/register, /unregister,
-/workers, /query, /query_by_hash, /dump, /health, /metrics). Workers are registered over HTTP, by
-their ZMQ publisher (endpoint, replay_endpoint), an SMG-proto gRPC server (endpoint grpc://HOST:PORT)
-or, for a kvplane node, its HTTP URL (url).
+/workers, /query, /query_by_hash, /dump, /register_peer, /deregister_peer, /peers, /reopen_logs,
+/health, /metrics). Workers are registered over HTTP, by their ZMQ publisher (endpoint,
+replay_endpoint), an SMG-proto gRPC server (endpoint grpc://HOST:PORT) or, for a kvplane node, its
+HTTP URL (url).
 
 Flags:
   --host HOST             address to serve on (default 0.0.0.0)
@@ -21,7 +23,15 @@ Flags:
   --routing-group NAME    routing group of the workers given with --workers (default "default")
   --workers LIST          workers to follow from the start: "id[:dp_rank]=endpoint,..."
                           (e.g. "1=tcp://host:5557,1:1=tcp://host:5558")
-  --state-file PATH       keep registrations here; a restarted indexer follows them again
+  --peers LIST            peer indexers following the same workers ("http://host:8090,..."),
+                          kvplane's or Dynamo's: before serving, the indexer loads the /dump of
+                          the first that answers (1 s after following --workers)
+  --access-log PATH       append a JSON line per answered request (POST /reopen_logs reopens it)
+  --access-log-local-time the access log's times in the local time zone (default UTC)
+  --trace-id-header NAME  the header the access log writes as trace_id (default x-trace-id)
+  --threads N             accepted for Dynamo's command lines; changes nothing (each index takes
+                          queries alongside its one writer)
+  --state-file PATH       keep registrations and peers here; a restarted indexer follows them again
   --node-token-file PATH  file holding the bearer token of the kvplane nodes it follows (those
                           started with --auth-token-file): sent to their /healthz, /kv_recover
                           and gRPC, and then needed on /register and /unregister (or set
@@ -64,6 +74,11 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     if (!arg.startsWith('--')) bad(`unexpected argument ${JSON.stringify(arg)}`);
     const eq = arg.indexOf('=');
     const name = eq > 0 ? arg.slice(2, eq) : arg.slice(2);
+    if (SWITCHES.includes(name)) {
+      if (eq > 0) bad(`--${name} takes no value`);
+      v[name] = 'true';
+      continue;
+    }
     const value = eq > 0 ? arg.slice(eq + 1) : argv[++i];
     if (value === undefined) bad(`--${name} needs a value`);
     v[name] = value;
@@ -79,6 +94,11 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     'node-token-file',
     'duration',
     'zmq-receive',
+    'peers',
+    'access-log',
+    'access-log-local-time',
+    'trace-id-header',
+    'threads',
   ];
   for (const k of Object.keys(v)) if (!known.includes(k)) bad(`unknown flag --${k}`);
   const int = (name: string, min: number, max: number): number | undefined => {
@@ -90,6 +110,7 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     return n;
   };
   const blockSize = int('block-size', 1, 1 << 20);
+  int('threads', 1, 1024);
   return {
     host: v.host ?? '0.0.0.0',
     port: int('port', 0, 65535) ?? 8090,
@@ -98,7 +119,36 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     workers: parseWorkers(v.workers ?? '', blockSize, v['model-name'] ?? 'default', v['routing-group'] ?? 'default'),
     durationSeconds: int('duration', 0, 1e9) ?? 0,
     zmqReceive: zmqReceive(v['zmq-receive']),
+    peers: peerList(v.peers ?? ''),
+    accessLog: v['access-log'],
+    accessLogLocalTime: v['access-log-local-time'] === 'true',
+    traceIdHeader: traceHeader(v['trace-id-header']),
   };
+}
+
+/** Flags that take no value. */
+const SWITCHES = ['access-log-local-time'];
+
+/** `--peers "url,url"`: each an http(s) URL. */
+function peerList(list: string): string[] {
+  const urls = list
+    .split(',')
+    .map((u) => u.trim())
+    .filter((u) => u !== '');
+  for (const u of urls) {
+    try {
+      checkPeerUrl(u);
+    } catch (err) {
+      bad(`--peers: ${(err as Error).message}`);
+    }
+  }
+  return urls;
+}
+
+function traceHeader(name: string | undefined): string | undefined {
+  if (name !== undefined && !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(name))
+    bad(`--trace-id-header is ${JSON.stringify(name)}: an HTTP header name`);
+  return name;
 }
 
 function zmqReceive(s: string | undefined): 'native' | 'js' {

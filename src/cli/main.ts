@@ -154,6 +154,10 @@ async function indexer(argv: string[]): Promise<void> {
     http: `http://${config.host}:${server.port}`,
     workers: server.registry.registrations().length,
     state_file: config.stateFile ?? null,
+    peers: server.peers.list(),
+    // What the start loaded from a peer, per index.
+    recovered_from: server.peerRecovery?.peer ?? null,
+    recovered: server.peerRecovery?.indexes ?? [],
   });
   await stopped(config.durationSeconds);
   await server.close();

@@ -5,6 +5,7 @@ import type { Dialect } from '../codec.js';
 import { callNative, invalidArg, KvPlaneError } from '../errors.js';
 import native from '../native.js';
 import { nativeTokens } from '../tokens.js';
+import type { DumpedIndex } from './indexer_dump.js';
 import type { FindMatchesRequest, RouterMatches } from './matches.js';
 import { GrpcSubscription, type GrpcSubscriptionOptions } from './subscriptions/grpc.js';
 import type { RecoveryKind, RouterTarget, Subscription, SubscriptionStats } from './subscriptions/subscription.js';
@@ -30,13 +31,17 @@ export type WorkerSource =
   | ({ kind: 'grpc' } & Omit<GrpcSubscriptionOptions, 'workerId' | 'onWarning'>)
   | ({ kind: 'zmq' } & Omit<ZmqSubscriptionOptions, 'workerId' | 'onWarning' | 'wholeWorker'>);
 
-/** One dumped chain segment of a worker's blocks in one tier (the engine's block hashes). */
+/**
+ * One dumped chain segment of a worker's blocks in one tier: the engine's block hashes, and each
+ * block's own content hash (Dynamo's `tokens_hash`).
+ */
 export interface RouterDumpSegment {
   tier: 'device' | 'host' | 'disk';
   workerId: bigint;
   dpRank: number;
   parent: bigint | null;
   blockHashes: BigUint64Array;
+  contentHashes: BigUint64Array;
 }
 
 export interface RouterIndexStats {
@@ -203,6 +208,18 @@ export class RouterIndex extends EventEmitter<RouterIndexEvents> {
   dump(workerId?: bigint): RouterDumpSegment[] {
     const n = this.#open();
     return callNative(() => n.dump(workerId ?? null)) as RouterDumpSegment[];
+  }
+
+  /**
+   * Stores an index of another indexer's dump (`readIndexerDump`) over what this one holds, as
+   * an indexer starting from a peer does, but for the workers in `skipWorkers`; a segment whose
+   * parent is unknown is counted as a drop.
+   */
+  restore(dump: DumpedIndex, skipWorkers: readonly bigint[] = []): { segments: number; blocks: number } {
+    const n = this.#open();
+    if (dump.blockSize !== this.blockSize)
+      invalidArg(`the dump's block size is ${dump.blockSize}, the index's ${this.blockSize}`);
+    return callNative(() => n.restore(dump, BigUint64Array.from(skipWorkers)));
   }
 
   /** Each subscription's state and counters (cheaper than `stats()`: no index walk). */

@@ -124,6 +124,7 @@ fn churn_store(index: &mut Index, k: u64, hbuf: &mut [u64; 16], tbuf: &mut [u32;
     parent_block_hash: None,
     token_ids: tbuf,
     block_size: BS as u32,
+    content_hashes: &[],
   };
   index.store_blocks(churn_worker(k), blocks).unwrap();
 }

@@ -55,6 +55,7 @@ fn main() {
       parent_block_hash: None,
       token_ids: tbuf,
       block_size: 16,
+      content_hashes: &[],
     };
     index.store_blocks(worker(k), blocks).unwrap();
   };

@@ -51,6 +51,8 @@ pub struct RouterDumpSegmentOut {
   pub dp_rank: u32,
   pub parent: Option<BigInt>,
   pub block_hashes: BigUint64Array,
+  /// Each block's own content hash (Dynamo's `tokens_hash`).
+  pub content_hashes: BigUint64Array,
 }
 
 #[napi(object)]
@@ -251,6 +253,7 @@ impl NativeRouterIndex {
             dp_rank: s.worker.dp_rank,
             parent: s.parent.map(BigInt::from),
             block_hashes: BigUint64Array::new(s.block_hashes),
+            content_hashes: BigUint64Array::new(s.content_hashes),
           })
           .collect(),
       )

@@ -1,5 +1,6 @@
 import type { RouterIndexOptions, WorkerSource } from '../router_index.js';
 import { RouterIndex } from '../router_index.js';
+import type { Subscription } from '../subscriptions/subscription.js';
 import { badInputAs, HttpError } from './json.js';
 
 /** One registered `(instance, rank)`: where its events come from. */
@@ -66,6 +67,11 @@ export class Registry {
   onIndex: ((ix: RouterIndex, modelName: string, routingGroup: string) => void) | null = null;
 
   readonly #zmqReceive: 'native' | 'js' | undefined;
+  /**
+   * While a start from a peer is under way (`holdForPeer`): the subscriptions made meanwhile that
+   * hold what arrives until `endPeerHold`, with their index's name.
+   */
+  #held: Array<{ name: string; sub: Subscription }> | null = null;
 
   constructor(
     onWarning?: (msg: string, detail: Record<string, unknown>) => void,
@@ -84,6 +90,60 @@ export class Registry {
     if (!e || e.modelName !== model || e.routingGroup !== group)
       throw new HttpError(404, `no indexer for model=${model} routing_group=${group}`);
     return e.ix;
+  }
+
+  /**
+   * The index a peer's dump names `name` (`model:routing_group`), made with `blockSize` when the
+   * registry has none (it lives on until its model's last worker is unregistered, as a
+   * registered one does); a string saying why not when its block size is another.
+   */
+  indexForRestore(name: string, blockSize: number): RouterIndex | string {
+    const e = this.#indexes.get(name);
+    if (e) {
+      if (e.ix.blockSize !== blockSize) return `block_size mismatch: existing=${e.ix.blockSize}, dumped=${blockSize}`;
+      return e.ix;
+    }
+    // Split where Dynamo joined them: the routing group is after the last colon.
+    const at = name.lastIndexOf(':');
+    if (at < 0) return 'not named model:routing_group';
+    const modelName = name.slice(0, at);
+    const routingGroup = name.slice(at + 1);
+    let ix: RouterIndex;
+    try {
+      ix = new RouterIndex({ blockSize, onWarning: this.#onWarning, zmqReceive: this.#zmqReceive });
+    } catch (err) {
+      return (err as Error).message;
+    }
+    this.onIndex?.(ix, modelName, routingGroup);
+    this.#indexes.set(name, { modelName, routingGroup, ix });
+    return ix;
+  }
+
+  /** From now until `endPeerHold`, new subscriptions hold what arrives (a peer's dump is loaded). */
+  holdForPeer(): void {
+    this.#held ??= [];
+  }
+
+  /**
+   * Ends `holdForPeer`: each held subscription applies what it held, over the state loaded for
+   * its index when its name is in `loaded`, else as it would have joined.
+   */
+  endPeerHold(loaded: ReadonlySet<string>): void {
+    const held = this.#held ?? [];
+    this.#held = null;
+    for (const { name, sub } of held) sub.releaseHold?.(loaded.has(name));
+  }
+
+  /**
+   * The workers of index `name` that load their state from their own source (a kvplane node by
+   * URL, an SMG-proto gRPC server's snapshots): a peer's dump is not applied to them.
+   */
+  selfRecovering(name: string): bigint[] {
+    return this.registrations()
+      .filter(
+        (r) => `${r.modelName}:${r.routingGroup}` === name && (r.url !== null || r.endpoint.startsWith('grpc://')),
+      )
+      .map((r) => r.instanceId);
   }
 
   /** Each index, with its name (`model:routing_group`, unique). */
@@ -128,6 +188,7 @@ export class Registry {
         `block_size mismatch for model=${r.modelName} routing_group=${r.routingGroup}: existing=${ix.blockSize}, requested=${r.blockSize}`,
       );
     }
+    const made = !ix;
     if (!ix) {
       if (r.blockSize < 1) throw new HttpError(400, 'block_size must be at least 1');
       // A block size the index does not take (over 1,048,576) is the request's error.
@@ -140,8 +201,11 @@ export class Registry {
     }
     try {
       ix.subscribe(r.instanceId, { ...source, dpRank: r.dpRank });
+      const sub = ix.subscription(r.instanceId, r.dpRank);
+      if (this.#held && sub?.holdForPeer?.()) this.#held.push({ name, sub });
     } catch (err) {
-      if (ix.stats().subscriptions.length === 0) {
+      // An index made for this registration goes with it (one a peer's dump filled stays).
+      if (made && ix.stats().subscriptions.length === 0) {
         this.#indexes.delete(name);
         void ix.close();
       }

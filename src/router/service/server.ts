@@ -1,18 +1,22 @@
 import { EventEmitter } from 'node:events';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type * as Native from '../../../index.js';
 import { type AbortOptions, openAbortable, runThenAbortable } from '../../abort.js';
+import { KvPlaneError } from '../../errors.js';
 import { bearerMatches } from '../../transports/auth.js';
 import { listen, requestUrl, serveJson } from '../../transports/http/listen.js';
 import type { MetricsOptions } from '../../transports/http/metrics.js';
 import type { RecoveryKind } from '../subscriptions/subscription.js';
+import { AccessLog } from './access_log.js';
 import { queryAnswer } from './answers.js';
 import { Fields, HttpError, jsonExact, parseHashQuery, parseJsonExact, parseTokenQuery } from './json.js';
 import { indexerMetrics } from './metrics.js';
+import { type PeerRecovery, Peers, recoverFromPeers } from './peers.js';
 import { checkEndpoint, type Registration, Registry } from './registry.js';
 import { discoverNode, nodeUrl, sourceOf } from './sources.js';
-import { loadRegistrations, saveRegistrations } from './state.js';
+import { loadState, saveState } from './state.js';
 
 export interface IndexerServerOptions {
   /** Default `0.0.0.0`, as Dynamo's indexer. */
@@ -40,6 +44,24 @@ export interface IndexerServerOptions {
   idleConnectionMs?: number;
   /** The application's prom-client registry and a metric name prefix (`/metrics`). */
   metrics?: MetricsOptions;
+  /**
+   * Peer indexers following the same workers (`--peers`): before it serves, the indexer loads
+   * the `/dump` of the first that answers (Dynamo's P2P recovery). With a state file, the peers
+   * saved there come first.
+   */
+  peers?: readonly string[];
+  /**
+   * How long after following its workers the indexer waits before it asks a peer (default
+   * 1,000 ms, as Dynamo's): long enough for the dump to cover what the new subscriptions missed
+   * while they joined.
+   */
+  peerDelayMs?: number;
+  /** A JSON line per answered request is appended here (`/reopen_logs` opens it again). */
+  accessLog?: string;
+  /** The access log's times in the local time zone (default UTC). */
+  accessLogLocalTime?: boolean;
+  /** The request header whose value the access log writes as `trace_id` (default `x-trace-id`). */
+  traceIdHeader?: string;
 }
 
 /** Body limits: `/query` and `/query_by_hash` take 8 MiB (long prompts), the rest 2 MB. */
@@ -55,6 +77,10 @@ const ROUTES: Record<string, 'GET' | 'POST'> = {
   '/dump': 'GET',
   '/health': 'GET',
   '/metrics': 'GET',
+  '/register_peer': 'POST',
+  '/deregister_peer': 'POST',
+  '/peers': 'GET',
+  '/reopen_logs': 'POST',
 };
 
 /** What an `IndexerServer` tells as it follows its workers (each from one of its indexes). */
@@ -63,6 +89,11 @@ export interface IndexerServerEvents {
   recovered: [{ modelName: string; routingGroup: string; workerId: bigint; dpRank: number; kind: RecoveryKind }];
   /** A subscription's warning (gaps, reconnects, rebuilds), its detail naming the index. */
   warning: [message: string, detail: Record<string, unknown>];
+}
+
+/** What a request's answer is logged with. */
+interface Answered {
+  model: string | null;
 }
 
 /**
@@ -75,16 +106,22 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   readonly registry: Registry;
   readonly #server: Server;
   readonly #metrics;
-  readonly #stateFile: string | undefined;
   readonly #nodeToken: string | undefined;
+  readonly peers: Peers;
+  readonly #accessLog: AccessLog | null;
+  readonly #traceIdHeader: string;
+  /** What the start loaded from a peer (`null`: no peer answered, or none was given). */
+  peerRecovery: PeerRecovery | null = null;
 
-  private constructor(server: Server, registry: Registry, opts: IndexerServerOptions) {
+  private constructor(server: Server, registry: Registry, peers: Peers, opts: IndexerServerOptions) {
     super();
     this.#server = server;
     this.registry = registry;
-    this.#stateFile = opts.stateFile;
+    this.peers = peers;
     this.#nodeToken = opts.nodeToken;
     this.#metrics = indexerMetrics(registry, opts.metrics);
+    this.#accessLog = opts.accessLog ? new AccessLog(opts.accessLog, opts.accessLogLocalTime) : null;
+    this.#traceIdHeader = (opts.traceIdHeader ?? 'x-trace-id').toLowerCase();
   }
 
   static async create(opts: IndexerServerOptions & AbortOptions = {}): Promise<IndexerServer> {
@@ -94,14 +131,24 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   static async #create(opts: IndexerServerOptions): Promise<IndexerServer> {
     const registry = new Registry(opts.onWarning, opts.zmqReceive);
     const server = createServer();
-    const self = new IndexerServer(server, registry, opts);
+    const saved = opts.stateFile ? loadState(opts.stateFile) : { registrations: [], peers: [] };
+    const peers = new Peers();
+    for (const url of [...saved.peers, ...(opts.peers ?? [])]) {
+      try {
+        peers.add(url);
+      } catch (err) {
+        throw new KvPlaneError('ERR_INVALID_ARG', (err as Error).message);
+      }
+    }
+    const self = new IndexerServer(server, registry, peers, opts);
     registry.onIndex = (ix, modelName, routingGroup) => {
       ix.on('recovered', (e) => self.emit('recovered', { ...e, modelName, routingGroup }));
       ix.on('warning', (msg, detail) => self.emit('warning', msg, { ...detail, modelName, routingGroup }));
     };
     try {
-      const saved = opts.stateFile ? loadRegistrations(opts.stateFile) : [];
-      for (const r of saved) {
+      // Subscriptions made before the peer's dump is loaded hold what arrives until it is.
+      if (peers.list().length > 0) registry.holdForPeer();
+      for (const r of saved.registrations) {
         try {
           registry.register(r, sourceOf(r, opts.nodeToken));
         } catch (err) {
@@ -122,14 +169,26 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       }
       const stateFile = opts.stateFile;
       if (stateFile) {
-        registry.onChange = () => saveRegistrations(stateFile, registry.registrations());
-        registry.onChange();
+        const save = () => saveState(stateFile, { registrations: registry.registrations(), peers: peers.list() });
+        registry.onChange = save;
+        peers.onChange = save;
+        save();
+      }
+      if (peers.list().length > 0) {
+        // Its workers are followed already, what arrives held: the dump then covers what their
+        // subscriptions missed while joining, and what they held is applied over it.
+        if (registry.registrations().length > 0) await sleep(opts.peerDelayMs ?? 1000);
+        self.peerRecovery = await recoverFromPeers(peers.list(), registry, opts.onWarning);
+        registry.endPeerHold(new Set(self.peerRecovery?.indexes.map((i) => i.name)));
+        if (self.peerRecovery === null)
+          opts.onWarning?.('no peer answered /dump: starting with an empty index', { peers: peers.list() });
       }
       serveJson(server, (req, res) => self.#handle(req, res), opts.idleConnectionMs);
       await listen(server, opts.port ?? 8090, opts.host ?? '0.0.0.0');
     } catch (err) {
       // Nothing is left following workers when the server does not start.
       await registry.close();
+      await self.#accessLog?.close();
       throw err;
     }
     return self;
@@ -148,6 +207,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     const url = requestUrl(req, 'http://indexer');
     const route = url?.pathname ?? '';
     const method = ROUTES[route];
+    const answered: Answered = { model: null };
     try {
       if (url === null) throw new HttpError(400, 'malformed request target');
       if (method === undefined) throw new HttpError(404, `no route ${route}`);
@@ -173,10 +233,10 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       const bytes = await readJson(req, limit);
       const answer =
         route === '/query'
-          ? this.#query(parseTokenQuery(bytes))
+          ? this.#query(parseTokenQuery(bytes), answered)
           : route === '/query_by_hash'
-            ? this.#queryByHash(parseHashQuery(bytes))
-            : await this.#post(route, fieldsOf(bytes));
+            ? this.#queryByHash(parseHashQuery(bytes), answered)
+            : await this.#post(route, fieldsOf(bytes), answered);
       // Query answers hold no bigints (instance ids are keys).
       this.#send(res, answer.status, answer.body, !route.startsWith('/query'));
     } catch (err) {
@@ -186,8 +246,20 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       this.#send(res, status, { error: (err as Error).message });
     } finally {
       // With the status answered (a client gone midway included: its 400 is written, not sent).
+      const seconds = (performance.now() - t0) / 1000;
       if (method !== undefined && route !== '/metrics') {
-        this.#metrics.answered(route, req.method ?? '', res.statusCode, (performance.now() - t0) / 1000);
+        this.#metrics.answered(route, req.method ?? '', res.statusCode, seconds);
+      }
+      if (method !== undefined && this.#accessLog) {
+        const trace = req.headers[this.#traceIdHeader];
+        this.#accessLog.write({
+          traceId: (Array.isArray(trace) ? trace[0] : trace) ?? null,
+          method: req.method ?? '',
+          path: route,
+          model: answered.model,
+          status: res.statusCode,
+          durationMs: seconds * 1000,
+        });
       }
     }
   }
@@ -209,6 +281,8 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
         }
       case '/health':
         return this.#send(res, 200, this.#health());
+      case '/peers':
+        return this.#send(res, 200, this.peers.list());
       default: {
         const text = await this.#metrics.scrape();
         res.writeHead(200, { 'content-type': this.#metrics.prom.contentType });
@@ -217,11 +291,25 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     }
   }
 
-  async #post(route: string, f: Fields): Promise<{ status: number; body: unknown }> {
+  async #post(route: string, f: Fields, answered: Answered): Promise<{ status: number; body: unknown }> {
+    if (f.has('model_name')) {
+      try {
+        answered.model = f.str('model_name');
+      } catch {}
+    }
     switch (route) {
       case '/register':
         await this.#register(f);
         return { status: 201, body: { status: 'ok' } };
+      case '/register_peer':
+        this.peers.add(f.str('url'));
+        return { status: 201, body: { status: 'ok' } };
+      case '/deregister_peer':
+        if (!this.peers.remove(f.str('url'))) throw new HttpError(404, 'peer not found');
+        return { status: 200, body: { status: 'ok' } };
+      case '/reopen_logs':
+        this.#accessLog?.reopen();
+        return { status: 200, body: { status: 'ok' } };
       case '/unregister':
         await this.registry.unregister(
           f.u64('instance_id'),
@@ -234,13 +322,15 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     throw new HttpError(404, `no route ${route}`);
   }
 
-  #query(q: Native.TokenQueryOut): { status: number; body: unknown } {
+  #query(q: Native.TokenQueryOut, answered: Answered): { status: number; body: unknown } {
+    answered.model = q.modelName;
     const ix = this.registry.index(q.modelName, q.routingGroup ?? 'default');
     const m = ix.findMatches(q.tokenIds, { loraName: q.loraName ?? null, cacheSalt: q.cacheSalt ?? null });
     return { status: 200, body: queryAnswer(m, ix.blockSize) };
   }
 
-  #queryByHash(q: Native.HashQueryOut): { status: number; body: unknown } {
+  #queryByHash(q: Native.HashQueryOut, answered: Answered): { status: number; body: unknown } {
+    answered.model = q.modelName;
     if (q.cacheSalt) {
       throw new HttpError(
         400,
@@ -349,12 +439,18 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       let blocks = 0;
       let first = true;
       for (const seg of ix.dump()) {
+        const stored = [...seg.blockHashes].map((h, i) => ({
+          block_hash: h,
+          tokens_hash: seg.contentHashes[i] as bigint,
+          mm_extra_info: null,
+        }));
         const event = {
           worker_id: seg.workerId,
           storage_tier: seg.tier === 'host' ? 'host_pinned' : seg.tier,
+          residency_domain: 'worker',
           event: {
             event_id: 0,
-            data: { stored: { parent_hash: seg.parent, blocks: [...seg.blockHashes].map((h) => ({ block_hash: h })) } },
+            data: { stored: { parent_hash: seg.parent, start_position: null, blocks: stored } },
             dp_rank: seg.dpRank,
           },
         };
@@ -411,6 +507,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     await runThenAbortable(options.signal, async () => {
       await new Promise<void>((resolve) => this.#server.close(() => resolve()));
       await this.registry.close();
+      await this.#accessLog?.close();
     });
   }
 

@@ -85,6 +85,14 @@ export interface Subscription {
   start(): void;
   stop(): Promise<void>;
   stats(): SubscriptionStats;
+  /**
+   * Holds what arrives (applies none) while the worker's state is loaded from a peer indexer:
+   * for a subscription that cannot load it from its own source (a plain ZMQ publisher). False
+   * when it does not hold (it recovers by itself).
+   */
+  holdForPeer?(): boolean;
+  /** Ends `holdForPeer`; `known`: the worker's state was loaded, and what was held goes on from it. */
+  releaseHold?(known: boolean): void;
 }
 
 /** Capped exponential backoff: 100 ms doubling to 5 s, back to the start after a success. */

@@ -161,6 +161,17 @@ export class ZmqSubscription implements Subscription {
     };
   }
 
+  holdForPeer(): boolean {
+    // A kvplane node's subscription loads the worker's state from the node itself.
+    if (this.#o.recoverUrl) return false;
+    this.#source.hold();
+    return true;
+  }
+
+  releaseHold(known: boolean): void {
+    this.#source.release(known);
+  }
+
   start(): void {
     // A link that cannot open (an endpoint only zeromq.js speaks, without the package) is this
     // subscription's error, not the process's unhandled rejection.

@@ -118,6 +118,10 @@ export class RankFollower {
   #rejoinNext: bigint | null = null;
   /** A `resync` step is in progress (live batches are held, as during a fetch). */
   #resyncing = false;
+  /** Live batches are held until `release` (`hold`). */
+  #holding = false;
+  /** The rank's state before its next batch is known (loaded elsewhere): that batch starts its record without a clear or a fetch. */
+  #known = false;
 
   constructor(opts: FollowerOptions) {
     this.#opts = { maxHeld: 10_000, resync: false, onCount: () => {}, ...opts };
@@ -210,7 +214,45 @@ export class RankFollower {
 
   /** Whether fetch `fetch` is the one in progress (its replies are wanted). */
   fetchWanted(fetch: number): boolean {
-    return this.#fetching && !this.#resyncing && fetch === this.#fetch;
+    return this.#fetching && !this.#resyncing && !this.#holding && fetch === this.#fetch;
+  }
+
+  /**
+   * Holds live batches (applies none) until `release`, while the rank's state is loaded from
+   * elsewhere (a peer indexer's dump). Nothing when a fetch or load is in progress, or a batch
+   * was applied already.
+   */
+  hold(): FollowStep[] {
+    if (this.#fetching || this.#next !== null) return [];
+    this.#fetching = true;
+    this.#holding = true;
+    this.#held = [];
+    this.#fetch++;
+    return [];
+  }
+
+  /**
+   * Ends `hold`. `known`: the rank's state up to the first batch held (or the next to arrive)
+   * was loaded, so that batch starts its record without a clear or a replay fetch, whatever its
+   * seq; otherwise the rank joins as it would have. More held than `maxHeld`: the rank is cleared
+   * and rebuilds from the first held batch.
+   */
+  release(known: boolean): FollowStep[] {
+    if (!this.#holding) return [];
+    this.#holding = false;
+    const held = this.#held;
+    this.#held = [];
+    if (!this.#fetching) return [];
+    this.#fetching = false;
+    const steps: FollowStep[] = [];
+    if (this.#overflowed) {
+      this.#overflowed = false;
+      this.#count('unrecoverable');
+      steps.push(this.#clear('held_overflow'));
+      this.#next = held[0]?.seq ?? null;
+    } else if (known && this.#next === null) this.#known = true;
+    for (const b of held) steps.push(...this.#continue(b));
+    return steps;
   }
 
   /** A live batch. */
@@ -235,6 +277,8 @@ export class RankFollower {
       this.#overflowed = false;
       this.#fetchGap = false;
       this.#resyncing = false;
+      this.#holding = false;
+      this.#known = false;
       this.#next = null;
       if (this.#opts.resync) return this.#lose('restart', [batch]);
       return [this.#clear('restart'), ...this.#continue(batch)];
@@ -252,6 +296,15 @@ export class RankFollower {
       return [];
     }
     const next = this.#next;
+    if (next === null && this.#known) {
+      // Joining a state loaded elsewhere, which stands for every batch before this one.
+      this.#known = false;
+      this.#recordStarts = false;
+      this.#unknownBefore = 0n;
+      this.#next = batch.seq + 1n;
+      this.#count('applied');
+      return [{ kind: 'apply', batch }];
+    }
     if (next === null) {
       // Joining: what the engine published before this batch comes from its replay, from its
       // first seq. Without a replay socket it is lost, as any gap is: counted, cleared (visibly

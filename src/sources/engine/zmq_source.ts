@@ -474,7 +474,20 @@ class RankLink {
       },
       appliedElsewhere: (lastSeq, batches) => this.follower.appliedElsewhere(lastSeq, batches),
     });
+    if (this.#source.holding) this.follower.hold();
     if (this.#source.options.fetchOnJoin) this.#run(this.follower.join());
+  }
+
+  /** Holds live batches until `release` (`RankFollower.hold`). */
+  hold(): void {
+    this.#run(this.follower.hold());
+  }
+
+  /** Ends `hold` (`RankFollower.release`): what was held is applied, in order. */
+  release(known: boolean): void {
+    this.#run(this.follower.release(known));
+    this.#relayWaiting();
+    this.#reopen();
   }
 
   /** `native` (relayed on the link thread) or `zeromq.js`. */
@@ -725,6 +738,8 @@ export class EngineZmqSource implements EventSource {
   /** `start`'s opening, once begun: `stop` waits for it, so that what it opens is closed. */
   #starting: Promise<void> | null = null;
   #stopped = false;
+  /** Live batches are held (`hold`) until `release`; links opened meanwhile hold from their start. */
+  holding = false;
 
   constructor(options: EngineZmqOptions) {
     if (!['vllm', 'sglang', 'trtllm'].includes(options.engine)) {
@@ -777,6 +792,22 @@ export class EngineZmqSource implements EventSource {
       this.#links.push(link);
       link.start();
     }
+  }
+
+  /**
+   * Holds every rank's live batches (applies none) until `release`, while their state is loaded
+   * from elsewhere (a router's peer indexer).
+   */
+  hold(): void {
+    this.holding = true;
+    for (const l of this.#links) l.hold();
+  }
+
+  /** Ends `hold`. `known`: the ranks' state before what was held was loaded (`RankFollower.release`). */
+  release(known: boolean): void {
+    if (!this.holding) return;
+    this.holding = false;
+    for (const l of this.#links) l.release(known);
   }
 
   async stop(): Promise<void> {

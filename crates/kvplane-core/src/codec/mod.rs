@@ -2,6 +2,7 @@
 //! normalized model of docs/protocol.md#events, and
 //! batches encode once into the formats kvplane publishes.
 
+pub mod dynamo_dump;
 pub mod dynamo_query;
 pub mod json;
 pub mod msgpack;

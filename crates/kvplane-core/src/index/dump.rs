@@ -1,6 +1,6 @@
 //! Tree dump: every worker's reachable blocks as stored events, parents before children, one
 //! event per chain segment (a run of blocks each with exactly one child in that worker's tree),
-//! with the engine's hashes and, when retained, the tokens.
+//! with the engine's hashes and, when retained, the tokens and the blocks' content hashes.
 //!
 //! Per worker, the tree is walked from the roots along the edges and the spans it holds; its
 //! engine ids are found in its blocks sorted by location.
@@ -17,6 +17,8 @@ pub type DumpEvent = StoredEvent;
 pub struct WorkerDump {
   pub worker: WorkerKey,
   pub events: Vec<DumpEvent>,
+  /// Each event's blocks' content hashes, when the index retains them (else empty).
+  pub contents: Vec<Vec<u64>>,
 }
 
 impl Index {
@@ -62,11 +64,14 @@ impl Index {
       let mut stack: Vec<(Pos, Option<u64>)> = roots
         .iter()
         .rev()
-        .map(|&(_, e)| ((e, 0), None))
+        .map(|&(_, e)| ((e, 0), self.root_parents.get(&e).copied()))
         .filter(|&(p, _)| holds(p))
         .collect();
       let mut events = Vec::new();
+      let mut contents = Vec::new();
+      let retained = self.cfg.retain_contents;
       while let Some((start, parent_hash)) = stack.pop() {
+        let mut content = Vec::new();
         let mut ev = StoredEvent {
           parent_block_hash: parent_hash,
           block_size: self.tokens_of(start).len() as u32,
@@ -77,6 +82,9 @@ impl Index {
           let here = engine_of(p);
           ev.block_hashes.push(here);
           ev.token_ids.extend_from_slice(self.tokens_of(p));
+          if let Some(&c) = self.edges[p.0 as usize].contents.get(p.1 as usize) {
+            content.push(c);
+          }
           // This block's children in the worker's tree, by key.
           children.clear();
           let (e, o) = p;
@@ -101,11 +109,16 @@ impl Index {
           stack.extend(children.iter().rev().map(|&c| (c, Some(here))));
           break;
         }
+        if retained {
+          debug_assert_eq!(content.len(), ev.block_hashes.len());
+          contents.push(content);
+        }
         events.push(ev);
       }
       out.push(WorkerDump {
         worker: w.key,
         events,
+        contents,
       });
     }
     out

@@ -67,6 +67,9 @@ pub(super) struct Edge {
   pub kids: Vec<(u32, u32)>,
   /// Per block, when tokens are retained.
   pub tokens: Vec<Box<[u32]>>,
+  /// Per block, when content hashes are retained: the block's own (unchained) content hash,
+  /// which its key chains onto its parent's.
+  pub contents: Vec<u64>,
   /// The edge this one hangs from (`NONE` for a root, `FREED` on the free list).
   pub parent: u32,
   /// The block of `parent` it hangs from.
@@ -91,6 +94,7 @@ impl Edge {
       spans: Vec::new(),
       kids: Vec::new(),
       tokens: Vec::new(),
+      contents: Vec::new(),
       parent,
       parent_off,
     }
@@ -136,11 +140,14 @@ impl Edge {
   }
 
   /// Appends a block held by `slot` alone.
-  pub fn push(&mut self, key: u64, tokens: Option<&[u32]>, slot: u32) {
+  pub fn push(&mut self, key: u64, tokens: Option<&[u32]>, content: Option<u64>, slot: u32) {
     let i = self.keys.len() as u32;
     self.keys.push(key);
     if let Some(t) = tokens {
       self.tokens.push(t.into());
+    }
+    if let Some(c) = content {
+      self.contents.push(c);
     }
     if self.spans.last().is_none_or(|s| s.holders() != [slot]) {
       self.spans.push(Span::new(i, &[slot], &[]));
@@ -274,6 +281,7 @@ impl Edge {
     }
     self.keys.pop();
     self.tokens.truncate(self.keys.len());
+    self.contents.truncate(self.keys.len());
     if last.start == i {
       self.spans.pop();
     }
@@ -293,6 +301,7 @@ impl Edge {
     self.spans.clear();
     self.kids = Vec::new();
     self.tokens = Vec::new();
+    self.contents = Vec::new();
     (self.parent, self.parent_off) = (parent, parent_off);
   }
 
@@ -350,6 +359,7 @@ impl Edge {
   pub fn truncate(&mut self, len: usize) {
     self.keys.truncate(len);
     self.tokens.truncate(len);
+    self.contents.truncate(len);
     let keep = self.spans.partition_point(|s| (s.start as usize) < len);
     self.spans.truncate(keep);
   }
@@ -360,6 +370,7 @@ impl Edge {
       + self.spans.iter().map(Span::bytes).sum::<usize>()
       + self.kids.capacity() * 8
       + self.tokens.capacity() * std::mem::size_of::<Box<[u32]>>()
+      + self.contents.capacity() * 8
   }
 }
 
@@ -426,7 +437,7 @@ mod tests {
   fn spans_follow_joins_and_leaves_and_stay_merged() {
     let mut e = Edge::new(NONE, 0);
     for k in 0..6 {
-      e.push(k, None, 1);
+      e.push(k, None, None, 1);
     }
     assert_eq!(e.spans.len(), 1);
     e.add(0, 3, 2);
@@ -459,7 +470,7 @@ mod tests {
   fn blocks_removed_root_side_first_join_the_span_before() {
     let mut e = Edge::new(NONE, 0);
     for k in 0..5 {
-      e.push(k, None, 4);
+      e.push(k, None, None, 4);
     }
     e.add(0, 5, 2);
     e.add(0, 2, 9);
@@ -488,14 +499,14 @@ mod tests {
   fn appended_blocks_join_their_holders_run() {
     let mut e = Edge::new(NONE, 0);
     for k in 1..100 {
-      e.push(k, None, 7);
+      e.push(k, None, None, 7);
     }
     assert_eq!(e.spans.len(), 1);
     e.remove(98, 7);
     assert_eq!(e.kept_len(), 98);
     e.truncate(98);
-    e.push(99, None, 8);
-    e.push(100, None, 8);
+    e.push(99, None, None, 8);
+    e.push(100, None, None, 8);
     assert_eq!(e.spans.len(), 2);
     e.remove(99, 8);
     assert_eq!(e.kept_len(), 99);
@@ -507,7 +518,7 @@ mod tests {
   fn kids_stay_sorted_and_keep_the_blocks_they_hang_from() {
     let mut e = Edge::new(NONE, 0);
     for k in 0..10 {
-      e.push(k, None, 1);
+      e.push(k, None, None, 1);
     }
     for (off, kid) in [(7, 3), (2, 9), (7, 1), (4, 4)] {
       e.add_kid(off, kid);

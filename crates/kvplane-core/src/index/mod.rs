@@ -62,6 +62,9 @@ pub struct IndexConfig {
   pub key_by: KeyBy,
   /// Keep each block's tokens (for tree dumps consumers can content-hash).
   pub retain_tokens: bool,
+  /// Keep each block's own content hash (8 bytes a block, not a membership), for tree dumps that
+  /// carry it in place of the tokens (Dynamo's `tokens_hash`). Content keys only.
+  pub retain_contents: bool,
 }
 
 impl Default for IndexConfig {
@@ -69,6 +72,7 @@ impl Default for IndexConfig {
     IndexConfig {
       key_by: KeyBy::Content,
       retain_tokens: true,
+      retain_contents: false,
     }
   }
 }
@@ -171,6 +175,9 @@ pub struct StoredBlocks<'a> {
   pub parent_block_hash: Option<u64>,
   pub token_ids: &'a [u32],
   pub block_size: u32,
+  /// Each block's content hash, given in place of its tokens (a dump that carries them): empty
+  /// when the tokens are hashed.
+  pub content_hashes: &'a [u64],
 }
 
 impl<'a> StoredBlocks<'a> {
@@ -180,6 +187,7 @@ impl<'a> StoredBlocks<'a> {
       parent_block_hash: s.parent_block_hash,
       token_ids: &s.token_ids,
       block_size: s.block_size,
+      content_hashes: &[],
     }
   }
 }
@@ -202,9 +210,13 @@ pub struct Index {
   memberships: u64,
   /// Root edges stored after a parent held in another tier (`store_chained`), ever.
   tier_roots: u64,
+  /// Such a root edge -> the engine hash of its parent in the other tier, as the worker that
+  /// stored it first named it (a dump's segment starting there names it as its parent).
+  root_parents: HashMap<u32, u64, MixState>,
   drops: [u64; 4],
-  /// Reused buffer of `store`.
+  /// Reused buffers of `store`.
   scratch_keys: Vec<u64>,
+  scratch_contents: Vec<u64>,
 }
 
 /// A block of an edge: (edge, offset).
@@ -215,6 +227,8 @@ pub(crate) struct StoreResume {
   cur: Option<Pos>,
   prev_key: Option<u64>,
   keys: Vec<u64>,
+  /// Every block's content hash, when the index retains them (empty otherwise).
+  contents: Vec<u64>,
   /// The worker's change count after the store's last piece (`WorkerState::changes`).
   at: u32,
 }
@@ -318,13 +332,26 @@ impl Index {
       last_slot: None,
       memberships: 0,
       tier_roots: 0,
+      root_parents: HashMap::default(),
       drops: [0; 4],
       scratch_keys: Vec::new(),
+      scratch_contents: Vec::new(),
     }
+  }
+
+  /// Takes back a finished store's buffers for the next one.
+  fn keep_scratch(&mut self, r: &mut StoreResume) {
+    self.scratch_keys = std::mem::take(&mut r.keys);
+    self.scratch_contents = std::mem::take(&mut r.contents);
   }
 
   pub fn config(&self) -> IndexConfig {
     self.cfg
+  }
+
+  /// Events or blocks dropped for `reason` so far (as `stats` counts them).
+  pub fn dropped(&self, reason: DropReason) -> u64 {
+    self.drops[reason as usize]
   }
 
   fn drop_event(&mut self, reason: DropReason, n: u64) {
@@ -408,7 +435,7 @@ impl Index {
           p.store = Some(r);
           return Ok(true);
         }
-        self.scratch_keys = r.keys;
+        self.keep_scratch(&mut r);
         Ok(false)
       }
       KvEvent::Removed(ev) => {
@@ -496,7 +523,7 @@ impl Index {
     if !held {
       self.drop_event(DropReason::UnknownParent, 1);
       self.workers[slot as usize].needs_recovery = true;
-      self.scratch_keys = std::mem::take(&mut r.keys);
+      self.keep_scratch(r);
     }
     held
   }
@@ -624,7 +651,7 @@ impl Index {
   ) -> KvResult<()> {
     if let Some(mut r) = self.store_start(slot, s, seed, parent_elsewhere)? {
       self.store_run(slot, s, &mut r, 0..s.block_hashes.len());
-      self.scratch_keys = r.keys;
+      self.keep_scratch(&mut r);
     }
     Ok(())
   }
@@ -639,12 +666,21 @@ impl Index {
     parent_elsewhere: impl FnOnce(u64) -> Option<u64>,
   ) -> KvResult<Option<StoreResume>> {
     self.begin(slot);
-    let layout = check_layout(
-      s.block_hashes.len(),
-      s.token_ids.len(),
-      s.block_size,
-      self.cfg.key_by == KeyBy::Engine,
-    );
+    let given = !s.content_hashes.is_empty();
+    let layout = if given && s.content_hashes.len() != s.block_hashes.len() {
+      Err(KvError::invalid_arg(format!(
+        "{} content hashes for {} blocks",
+        s.content_hashes.len(),
+        s.block_hashes.len()
+      )))
+    } else {
+      check_layout(
+        s.block_hashes.len(),
+        s.token_ids.len(),
+        s.block_size,
+        self.cfg.key_by == KeyBy::Engine || given,
+      )
+    };
     if let Err(e) = layout {
       self.drop_event(DropReason::UnsupportedLayout, 1);
       self.clear_slot(slot);
@@ -671,13 +707,21 @@ impl Index {
     let bs = s.block_size as usize;
     let mut keys = std::mem::take(&mut self.scratch_keys);
     keys.clear();
+    let mut contents = std::mem::take(&mut self.scratch_contents);
+    contents.clear();
+    let retain = self.cfg.retain_contents && self.cfg.key_by == KeyBy::Content;
     let mut chain = prev_key;
     for (i, &eh) in s.block_hashes.iter().enumerate() {
       let key = match self.cfg.key_by {
         KeyBy::Engine => eh,
         KeyBy::Content => {
-          let tokens = &s.token_ids[i * bs..(i + 1) * bs];
-          let c = content_hash_seeded(tokens, seed);
+          let c = match s.content_hashes.get(i) {
+            Some(&c) => c,
+            None => content_hash_seeded(&s.token_ids[i * bs..(i + 1) * bs], seed),
+          };
+          if retain {
+            contents.push(c);
+          }
           chain.map_or(c, |p| seq_hash(p, c))
         }
       };
@@ -688,6 +732,7 @@ impl Index {
       cur,
       prev_key,
       keys,
+      contents,
       at: self.workers[slot as usize].changes,
     }))
   }
@@ -787,19 +832,29 @@ impl Index {
           self.token_words += tokens.map_or(0, |t| t.len());
           match cur {
             Some((e, o)) if o as usize + 1 == self.edges[e as usize].len() => {
-              self.edges[e as usize].push(key, tokens, slot);
+              self.edges[e as usize].push(key, tokens, r.contents.get(i).copied(), slot);
               (e, o + 1)
             }
             _ => {
-              if cur.is_none() && (i > 0 || prev_key.is_some()) {
-                // A root whose key chains a parent (after a parent in another tier).
-                self.tier_roots += 1;
-              }
+              let tier_root = cur.is_none() && (i > 0 || prev_key.is_some());
               let f = self.new_edge(cur);
+              if tier_root {
+                // A root whose key chains a parent (after a parent in another tier): the
+                // parent's engine hash, for dumps.
+                self.tier_roots += 1;
+                let parent = if i == 0 {
+                  s.parent_block_hash
+                } else {
+                  Some(s.block_hashes[i - 1])
+                };
+                if let Some(p) = parent {
+                  self.root_parents.insert(f, p);
+                }
+              }
               let edge = &mut self.edges[f as usize];
               // The rest of the event likely goes on this edge.
               edge.keys.reserve(s.block_hashes.len() - i);
-              edge.push(key, tokens, slot);
+              edge.push(key, tokens, r.contents.get(i).copied(), slot);
               let edges = &self.edges;
               self.by_first.get_or_insert_with(
                 hash32(key),
@@ -880,6 +935,9 @@ impl Index {
       let removed = self.by_first.remove(hash32(first), e);
       debug_assert!(removed);
       self.edges[e as usize].reset(FREED, 0);
+      if !self.root_parents.is_empty() {
+        self.root_parents.remove(&e);
+      }
       self.free_edges.push(e);
       if parent == NONE {
         return;
@@ -975,7 +1033,9 @@ impl Index {
     let edge_bytes = self.edges.capacity() * std::mem::size_of::<Edge>()
       + self.edges.iter().map(Edge::bytes).sum::<usize>()
       + self.free_edges.capacity() * 4
-      + self.token_words * 4;
+      + self.token_words * 4
+      // A table's slot: its key, its value and a control byte.
+      + self.root_parents.capacity() * 13;
     let worker_bytes: usize = self
       .workers
       .iter()

@@ -143,6 +143,7 @@ impl LocalIndexer {
             parent_block_hash: s.parent_block_hash,
             token_ids: s.token_ids,
             block_size: s.block_size(),
+            content_hashes: &[],
           },
         ),
         EventRef::Removed(r) => {

@@ -20,9 +20,9 @@ use crate::codec::{self, recover, Dialect};
 use crate::error::{KvError, KvResult};
 use crate::event::{KvEvent, RemovedEvent, StoredEvent};
 use crate::index::{
-  Index, IndexConfig, IndexStats, Piecewise, StoredBlocks, WorkerDump, WorkerKey,
+  DropReason, Index, IndexConfig, IndexStats, Piecewise, StoredBlocks, WorkerDump, WorkerKey,
 };
-use crate::shared::{ApplyPiece, Shared, Turn};
+use crate::shared::{ApplyPiece, Shared, Turn, PIECE_BLOCKS};
 use crate::stream::Recovery;
 use std::collections::HashMap;
 
@@ -98,6 +98,16 @@ pub struct DumpSegment {
   pub worker: WorkerKey,
   pub parent: Option<u64>,
   pub block_hashes: Vec<u64>,
+  /// Each block's own content hash (Dynamo's `tokens_hash`), which its key chains onto its
+  /// parent's.
+  pub content_hashes: Vec<u64>,
+}
+
+/// What restoring a peer's dump did (`Shared::<RouterIndex>::restore`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+  pub segments: u32,
+  pub blocks: u64,
 }
 
 pub struct RouterIndex {
@@ -119,6 +129,7 @@ impl RouterIndex {
     }
     let cfg = IndexConfig {
       retain_tokens: false,
+      retain_contents: true,
       ..IndexConfig::default()
     };
     Ok(RouterIndex {
@@ -356,17 +367,50 @@ impl RouterIndex {
         if worker_id.is_some_and(|id| id != wd.worker.worker_id) {
           continue;
         }
+        let mut contents = wd.contents.into_iter();
         for ev in wd.events {
           out.push(DumpSegment {
             tier: t,
             worker: wd.worker,
             parent: ev.parent_block_hash,
             block_hashes: ev.block_hashes,
+            content_hashes: contents.next().unwrap_or_default(),
           });
         }
       }
     }
     out
+  }
+
+  /// Whether a dumped segment's parent is stored, in any tier (or it has none).
+  fn knows_parent(&self, seg: &DumpSegment) -> bool {
+    seg.parent.is_none_or(|p| {
+      self
+        .tiers
+        .iter()
+        .any(|ix| ix.key_of(seg.worker, p).is_some())
+    })
+  }
+
+  /// Stores blocks `blocks` of a dumped segment (a peer's `/dump`) under `parent`, keyed by
+  /// their content hashes; false when they were not stored (their parent unknown: counted).
+  fn restore_blocks(
+    &mut self,
+    seg: &DumpSegment,
+    parent: Option<u64>,
+    blocks: std::ops::Range<usize>,
+  ) -> bool {
+    let stored = StoredBlocks {
+      block_hashes: &seg.block_hashes[blocks.clone()],
+      parent_block_hash: parent,
+      token_ids: &[],
+      block_size: self.block_size,
+      content_hashes: &seg.content_hashes[blocks],
+    };
+    let (here, elsewhere) = split_tier(&mut self.tiers, seg.tier as usize, seg.worker);
+    let before = here.dropped(DropReason::UnknownParent);
+    here.store_chained(seg.worker, stored, 0, elsewhere).is_ok()
+      && here.dropped(DropReason::UnknownParent) == before
   }
 
   pub fn drops(&self) -> Vec<(RouterDrop, u64)> {
@@ -432,7 +476,7 @@ fn recover_each(
     } => {
       (out.last_seq, out.epoch) = (last_seq, epoch);
       step(RecoveryStep::Clear);
-      for WorkerDump { worker, events } in workers {
+      for WorkerDump { worker, events, .. } in workers {
         let w = WorkerKey {
           worker_id,
           dp_rank: worker.dp_rank,
@@ -568,6 +612,55 @@ impl Shared<RouterIndex> {
         let _ = self.apply_in(&turn, w, ev);
       }
     }))
+  }
+
+  /// A peer's dump (`codec::dynamo_dump`) stored over what the index holds, in one writer's
+  /// turn, `PIECE_BLOCKS` blocks per write lock. A segment whose parent is not stored yet waits
+  /// for the others (a dump may list a tier's blocks before those of the tier their parents are
+  /// in); one whose parent never comes is stored last, and dropped as an unknown parent
+  /// (counted). A segment whose content hashes do not match its blocks in number is left out,
+  /// as are those of the workers in `skip` (they load their state from their own source).
+  pub fn restore(&self, segments: &[DumpSegment], skip: &[u64]) -> Restored {
+    let turn = self.turn();
+    let mut out = Restored::default();
+    let mut pending: Vec<&DumpSegment> = segments
+      .iter()
+      .filter(|s| s.content_hashes.len() == s.block_hashes.len())
+      .filter(|s| !skip.contains(&s.worker.worker_id))
+      .collect();
+    loop {
+      let before = pending.len();
+      let mut later = Vec::new();
+      for seg in pending {
+        if self.read().knows_parent(seg) {
+          self.restore_segment(&turn, seg, &mut out);
+        } else {
+          later.push(seg);
+        }
+      }
+      if later.len() == before {
+        for seg in later {
+          self.restore_segment(&turn, seg, &mut out);
+        }
+        return out;
+      }
+      pending = later;
+    }
+  }
+
+  fn restore_segment(&self, turn: &Turn<'_>, seg: &DumpSegment, out: &mut Restored) {
+    out.segments += 1;
+    let mut parent = seg.parent;
+    let mut at = 0;
+    while at < seg.block_hashes.len() {
+      let end = (at + PIECE_BLOCKS).min(seg.block_hashes.len());
+      if !self.piece(turn).restore_blocks(seg, parent, at..end) {
+        return;
+      }
+      out.blocks += (end - at) as u64;
+      parent = Some(seg.block_hashes[end - 1]);
+      at = end;
+    }
   }
 
   /// `RouterIndex::clear_worker` with readers alongside: each rank's clear a piece at a time

@@ -222,6 +222,7 @@ fn a_tree_dump_replaces_every_rank_of_the_worker() {
     workers: vec![WorkerDump {
       worker: w(0, 1),
       events: vec![s],
+      contents: Vec::new(),
     }],
     last_seq: 77,
     epoch: 5,
@@ -257,6 +258,7 @@ fn a_tree_dump_applied_beside_readers_leaves_what_one_write_leaves_and_readers_n
     workers: vec![WorkerDump {
       worker: w(0, 0),
       events,
+      contents: Vec::new(),
     }],
     last_seq: 9,
     epoch: 2,
@@ -469,4 +471,131 @@ fn events_applied_a_piece_at_a_time_leave_what_whole_events_leave() {
     .stats()
     .drops
     .contains(&(crate::index::DropReason::UnknownParent, 1)));
+}
+
+#[test]
+fn a_dump_restored_into_an_empty_index_answers_as_the_index_dumped() {
+  let mut r = RouterIndex::new(BS).unwrap();
+  // Shared prompt, two workers' conversations on it (one in two ranks), a host-tier tail, a
+  // LoRA's blocks, and a long chain stored in one event (restored in pieces).
+  r.apply(w(1, 0), &stored(&[11, 12, 13], None, 0, "GPU"))
+    .unwrap();
+  r.apply(w(2, 0), &stored(&[21, 22], None, 0, "GPU"))
+    .unwrap();
+  r.apply(w(2, 0), &stored(&[23, 24], Some(22), 500, "GPU"))
+    .unwrap();
+  r.apply(w(2, 1), &stored(&[31, 32, 33], None, 0, "GPU"))
+    .unwrap();
+  r.apply(w(1, 0), &stored(&[14], Some(13), 12, "CPU"))
+    .unwrap();
+  let lora = KvEvent::Stored(StoredEvent {
+    block_hashes: vec![41, 42],
+    token_ids: (0..8).collect(),
+    block_size: BS,
+    lora_name: Some("lo".into()),
+    ..Default::default()
+  });
+  r.apply(w(3, 0), &lora).unwrap();
+  let long: Vec<u64> = (100..140).collect();
+  r.apply(w(4, 0), &stored(&long, None, 1000, "GPU")).unwrap();
+  let dump = r.dump(None);
+  assert!(dump
+    .iter()
+    .all(|s| s.content_hashes.len() == s.block_hashes.len()));
+  // Each block's content hash is its tokens' (Dynamo's `tokens_hash`).
+  let first = dump.iter().find(|s| s.worker == w(1, 0)).unwrap();
+  assert_eq!(
+    first.content_hashes[0],
+    crate::hash::content_hash(&[0, 1, 2, 3])
+  );
+
+  let restored = Shared::new(RouterIndex::new(BS).unwrap());
+  // A worker that loads its state itself is left out.
+  let probe = Shared::new(RouterIndex::new(BS).unwrap());
+  probe.restore(&dump, &[2, 4]);
+  assert!(probe
+    .read()
+    .dump(None)
+    .iter()
+    .all(|s| ![2, 4].contains(&s.worker.worker_id)));
+  assert!(!probe.read().dump(None).is_empty());
+  let got = restored.restore(&dump, &[]);
+  assert_eq!(got.segments as usize, dump.len());
+  assert_eq!(
+    got.blocks,
+    dump
+      .iter()
+      .map(|s| s.block_hashes.len() as u64)
+      .sum::<u64>()
+  );
+  let restored = restored.read();
+  assert_eq!(restored.dump(None), dump);
+  let mut queries: Vec<Vec<u32>> = vec![(0..16).collect(), (1000..1160).collect()];
+  let mut conv: Vec<u32> = (0..8).collect();
+  conv.extend(500..508);
+  queries.push(conv);
+  for q in &queries {
+    assert_eq!(
+      scores(&restored.query(q, None, None)),
+      scores(&r.query(q, None, None))
+    );
+    assert!(!scores(&r.query(q, None, None)).is_empty());
+  }
+  let l = |ix: &RouterIndex| scores(&ix.query(&(0..8).collect::<Vec<_>>(), Some("lo"), None));
+  assert_eq!(l(&restored), l(&r));
+  assert_eq!(l(&r), vec![(3, 0, 2, 2, 2)]);
+}
+
+#[test]
+fn a_restored_segment_whose_parent_is_unknown_is_left_out_and_counted() {
+  let ix = Shared::new(RouterIndex::new(BS).unwrap());
+  let seg = DumpSegment {
+    tier: Tier::Device,
+    worker: w(1, 0),
+    parent: Some(999),
+    block_hashes: vec![1, 2],
+    content_hashes: vec![5, 6],
+  };
+  let bad = DumpSegment {
+    content_hashes: vec![5],
+    ..seg.clone()
+  };
+  assert_eq!(
+    ix.restore(&[seg, bad], &[]),
+    Restored {
+      segments: 1,
+      blocks: 0
+    }
+  );
+  let r = ix.read();
+  assert_eq!(r.tier(Tier::Device).dropped(DropReason::UnknownParent), 1);
+  assert!(r.dump(None).is_empty());
+}
+
+#[test]
+fn a_dump_listing_a_lower_tier_before_its_parents_tier_is_restored_whole() {
+  let mut r = RouterIndex::new(BS).unwrap();
+  r.apply(w(1, 0), &stored(&[11, 12], None, 0, "GPU"))
+    .unwrap();
+  r.apply(w(1, 0), &stored(&[13], Some(12), 8, "CPU"))
+    .unwrap();
+  r.apply(w(1, 0), &stored(&[14], Some(13), 12, "DISK"))
+    .unwrap();
+  let mut dump = r.dump(None);
+  dump.reverse();
+  assert_eq!(dump[0].tier, Tier::Disk);
+  let restored = Shared::new(RouterIndex::new(BS).unwrap());
+  assert_eq!(
+    restored.restore(&dump, &[]),
+    Restored {
+      segments: 3,
+      blocks: 4
+    }
+  );
+  let tokens: Vec<u32> = (0..16).collect();
+  assert_eq!(
+    scores(&restored.read().query(&tokens, None, None)),
+    scores(&r.query(&tokens, None, None))
+  );
+  assert_eq!(scores(&r.query(&tokens, None, None)), vec![(1, 0, 2, 3, 4)]);
 }

@@ -67,6 +67,7 @@ fn worker(r: &mut Reader<'_>) -> KvResult<WorkerDump> {
       dp_rank: 0,
     },
     events: Vec::new(),
+    contents: Vec::new(),
   };
   for _ in 0..r.read_map_len()? {
     match r.read_str_bytes()? {
@@ -209,6 +210,7 @@ mod tests {
               dp_rank: 0,
             },
             events: vec![stored(1, None), stored(3, Some(2))],
+            contents: Vec::new(),
           },
           WorkerDump {
             worker: WorkerKey {
@@ -216,6 +218,7 @@ mod tests {
               dp_rank: 2,
             },
             events: vec![],
+            contents: Vec::new(),
           },
         ],
         last_seq: 40,

@@ -288,6 +288,7 @@ mod tests {
           dp_rank: 0,
         },
         events: vec![chain(1, 10, None), chain(100, 3, Some(5))],
+        contents: Vec::new(),
       },
       WorkerDump {
         worker: WorkerKey {
@@ -295,6 +296,7 @@ mod tests {
           dp_rank: 1,
         },
         events: vec![chain(200, 2, None)],
+        contents: Vec::new(),
       },
     ]
   }

@@ -1,0 +1,83 @@
+//! A peer indexer's `/dump` for a router to start from (`kvplane indexer --peers`): read in the
+//! core (`codec::dynamo_dump`), its segments kept native until `NativeRouterIndex.restore` stores
+//! them.
+
+use crate::error::{guard_js, Code};
+use crate::router_index::NativeRouterIndex;
+use kvplane_core::codec::dynamo_dump::{parse_dynamo_dump as parse, DumpedIndex};
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+/// One index of a dump.
+#[napi]
+pub struct NativeDumpedIndex {
+  inner: DumpedIndex,
+}
+
+#[napi]
+impl NativeDumpedIndex {
+  /// `model_name:routing_group`, as the dump names it.
+  #[napi(getter)]
+  pub fn name(&self) -> String {
+    self.inner.name.clone()
+  }
+
+  #[napi(getter)]
+  pub fn block_size(&self) -> u32 {
+    self.inner.block_size
+  }
+
+  /// Its stored events.
+  #[napi(getter)]
+  pub fn segments(&self) -> u32 {
+    self.inner.segments.len() as u32
+  }
+
+  /// Events left out: not stored ones, or of a tier not indexed.
+  #[napi(getter)]
+  pub fn skipped(&self) -> f64 {
+    self.inner.skipped as f64
+  }
+}
+
+/// Reads the body of Dynamo's indexer `GET /dump` (kvplane's or Dynamo's); `ERR_DECODE` when
+/// it is not one.
+#[napi]
+pub fn parse_dynamo_dump(body: Buffer) -> Result<Vec<NativeDumpedIndex>, Code> {
+  guard_js(|| {
+    Ok(
+      parse(&body)?
+        .into_iter()
+        .map(|inner| NativeDumpedIndex { inner })
+        .collect(),
+    )
+  })
+}
+
+#[napi(object)]
+pub struct RestoredOut {
+  pub segments: u32,
+  pub blocks: f64,
+}
+
+#[napi]
+impl NativeRouterIndex {
+  /// Stores a dumped index's segments over what the index holds (one writer's turn, a few
+  /// blocks per write lock), but those of the workers in `skip`. A segment whose parent is
+  /// unknown is counted as a drop.
+  #[napi]
+  pub fn restore(
+    &self,
+    dump: &NativeDumpedIndex,
+    skip: Option<BigUint64Array>,
+  ) -> Result<RestoredOut, Code> {
+    guard_js(|| {
+      let skip = skip.as_deref().unwrap_or(&[]);
+      let r = self.shared().restore(&dump.inner.segments, skip);
+      Ok(RestoredOut {
+        segments: r.segments,
+        blocks: r.blocks as f64,
+      })
+    })
+  }
+}

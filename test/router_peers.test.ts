@@ -1,0 +1,325 @@
+import { mkdtempSync, readFileSync, renameSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { IndexerServer, type KvEvent } from '../dist/index.mjs';
+import { sleep, until } from './fixtures.js';
+import {
+  canonical,
+  type DynamoIndexer,
+  dynamoAvailable,
+  post,
+  queriesFrom,
+  run,
+  type SimNode,
+  simNodes,
+  startDynamoIndexer,
+} from './router_fixtures.js';
+
+const BS = 16;
+const cleanup: Array<() => unknown> = [];
+afterEach(async () => {
+  for (const f of cleanup.splice(0).reverse()) await f();
+});
+
+// biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
+type Json = any;
+
+/** Per worker and tier, the blocks an indexer's `/dump` holds. */
+async function dumpCounts(base: string): Promise<Array<[string, number]>> {
+  const d = (await (await fetch(`${base}/dump`)).json()) as Record<string, { events: Json[] }>;
+  const out: Record<string, number> = {};
+  for (const [name, part] of Object.entries(d)) {
+    for (const e of part.events) {
+      const key = `${name}/${e.worker_id}:${e.event.dp_rank}:${e.storage_tier}`;
+      out[key] = (out[key] ?? 0) + e.event.data.stored.blocks.length;
+    }
+  }
+  return Object.entries(out).sort();
+}
+
+/** Blocks on three tiers (each lower tier's first block the child of one above) and under a LoRA adapter. */
+function tieredAndLora(node: SimNode): Uint32Array {
+  const tokens = Uint32Array.from({ length: 5 * BS }, (_, i) => 700_000 + i);
+  const block = (i: number) => tokens.subarray(i * BS, (i + 1) * BS);
+  const ev = (hashes: number[], parent: number | null, from: number, medium: string, loraName?: string): KvEvent => ({
+    type: 'stored',
+    blockHashes: hashes.map(BigInt),
+    parentBlockHash: parent === null ? null : BigInt(parent),
+    tokenIds: Uint32Array.from(hashes.flatMap((_, i) => [...block(from + i)])),
+    blockSize: BS,
+    medium,
+    ...(loraName ? { loraName } : {}),
+  });
+  node.publisher.publish([
+    ev([8001, 8002], null, 0, 'GPU'),
+    ev([8003], 8002, 2, 'CPU'),
+    ev([8004], 8003, 3, 'STORAGE'),
+    ev([8101, 8102], null, 0, 'GPU', 'adapter-a'),
+  ]);
+  return tokens;
+}
+
+/** Waits for an asynchronous condition. */
+async function untilAsync(cond: () => Promise<boolean>, what: string, ms = 30_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await sleep(100);
+  }
+}
+
+/** `/query` answers of `a` and `b` that differ, over `requests`. */
+async function differences(a: string, b: string, requests: readonly Json[]): Promise<Json[]> {
+  const differ: Json[] = [];
+  for (const body of requests) {
+    const [x, y] = await Promise.all([post(a, '/query', body), post(b, '/query', body)]);
+    if (x.status !== y.status || canonical(x.json) !== canonical(y.json)) differ.push({ body, [a]: x, [b]: y });
+  }
+  return differ;
+}
+
+describe.skipIf(!dynamoAvailable())(
+  "peer indexers (Dynamo's P2P recovery) with Dynamo's standalone indexer 1.6.1",
+  () => {
+    it("each starts from the other's /dump: Dynamo from kvplane's, kvplane from Dynamo's and from kvplane's, and answers as the peer does", async () => {
+      const nodes = await simNodes(3, BS, 7);
+      cleanup.push(() => Promise.all(nodes.map((n) => n.publisher.close())));
+      const dynamo = await startDynamoIndexer(1);
+      cleanup.push(() => dynamo.stop());
+      const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
+      cleanup.push(() => ours.close());
+      for (const n of nodes) {
+        for (const [base, group] of [
+          [dynamo.url, 'default'],
+          [ours.url, 'default'],
+          [dynamo.url, 'g2'],
+          [ours.url, 'g2'],
+        ] as const) {
+          const r = await post(base, '/register', {
+            instance_id: Number(n.id) + (group === 'g2' ? 100 : 0),
+            endpoint: n.endpoint,
+            replay_endpoint: n.replayEndpoint,
+            model_name: 'm',
+            routing_group: group,
+            block_size: BS,
+          });
+          expect(r, base).toEqual({ status: 201, json: { status: 'ok' } });
+        }
+      }
+      await sleep(500);
+      await run(nodes, 80);
+      const extra = tieredAndLora(nodes[2] as SimNode);
+      await run(nodes, 20);
+      const ix = ours.registry.index('m', 'default');
+      await until(
+        () => nodes.every((n) => ix.subscription(n.id)?.stats().lastSeq === n.publisher.stats().lastSeq),
+        'kvplane caught up',
+      );
+      await untilAsync(
+        async () => canonical(await dumpCounts(dynamo.url)) === canonical(await dumpCounts(ours.url)),
+        'both hold the same blocks',
+      );
+      const queries = queriesFrom(nodes, 800, BS, 5);
+      const requests: Json[] = [...queries.map((q) => ({ token_ids: [...q], model_name: 'm' }))];
+      requests.push(
+        ...queries.slice(0, 200).map((q) => ({ token_ids: [...q], model_name: 'm', routing_group: 'g2' })),
+        { token_ids: [...extra], model_name: 'm' },
+        { token_ids: [...extra], model_name: 'm', lora_name: 'adapter-a' },
+      );
+      // The two agree before anything starts from a peer.
+      expect((await differences(dynamo.url, ours.url, requests)).slice(0, 2)).toEqual([]);
+      const tiered = (await post(ours.url, '/query', { token_ids: [...extra], model_name: 'm' })).json;
+      expect(tiered.instances['3']).toMatchObject({ gpu: 2 * BS, cpu: 3 * BS, disk: 4 * BS });
+
+      // Dynamo, started with kvplane as its peer (no workers of its own): it reads kvplane's dump
+      // and answers every query as kvplane does.
+      const fromOurs: DynamoIndexer = await startDynamoIndexer(1, ['--peers', ours.url]);
+      cleanup.push(() => fromOurs.stop());
+      await until(() => /recovery from peer succeeded/.test(fromOurs.log()), 'Dynamo recovered from kvplane');
+      expect(fromOurs.log()).not.toMatch(/failed to parse dump/);
+      expect(await dumpCounts(fromOurs.url)).toEqual(await dumpCounts(ours.url));
+      expect((await differences(fromOurs.url, ours.url, requests)).slice(0, 2)).toEqual([]);
+
+      // kvplane, started with Dynamo as its peer: the same. A first peer that is not listening is
+      // passed over, with a warning.
+      const warnings: string[] = [];
+      const fromDynamo = await IndexerServer.create({
+        host: '127.0.0.1',
+        port: 0,
+        peers: ['http://127.0.0.1:9', dynamo.url],
+        onWarning: (msg) => warnings.push(msg),
+      });
+      cleanup.push(() => fromDynamo.close());
+      expect(warnings).toEqual(['recovery from a peer failed, trying the next']);
+      expect(fromDynamo.peerRecovery?.peer).toBe(dynamo.url);
+      expect(fromDynamo.peerRecovery?.indexes.map((i) => i.name).sort()).toEqual(['m:default', 'm:g2']);
+      expect(await dumpCounts(fromDynamo.url)).toEqual(await dumpCounts(dynamo.url));
+      expect((await differences(fromDynamo.url, dynamo.url, requests)).slice(0, 2)).toEqual([]);
+      expect(
+        (await post(fromDynamo.url, '/query', { token_ids: [...extra], model_name: 'm' })).json.instances['3'],
+      ).toEqual(tiered.instances['3']);
+
+      // kvplane from kvplane, following the nodes itself from its start (`--workers`) while they
+      // publish: what arrives before the dump is loaded is held and applied over it, as is what
+      // comes after, and it ends up where the peer is.
+      const replicaOf = (peerDelayMs: number) =>
+        IndexerServer.create({
+          host: '127.0.0.1',
+          port: 0,
+          peers: [ours.url],
+          peerDelayMs,
+          workers: nodes.map((n) => ({
+            instanceId: n.id,
+            dpRank: 0,
+            endpoint: n.endpoint,
+            modelName: 'm',
+            routingGroup: 'default',
+            blockSize: BS,
+          })),
+        });
+      // One started while the nodes are idle: their next batches come after the dump is loaded
+      // (a subscription joining without a replay, by itself, would clear the worker on its first).
+      const idle = await replicaOf(100);
+      cleanup.push(() => idle.close());
+      // One started while they publish.
+      const stepping = run(nodes, 30);
+      const busy = await replicaOf(300);
+      cleanup.push(() => busy.close());
+      await stepping;
+      for (const r of [idle, busy]) expect(r.peerRecovery?.peer).toBe(ours.url);
+      await run(nodes, 40);
+      const caughtUp = (s: IndexerServer) => {
+        const x = s.registry.index('m', 'default');
+        return nodes.every((n) => x.subscription(n.id)?.stats().lastSeq === n.publisher.stats().lastSeq);
+      };
+      await until(() => [ours, idle, busy].every(caughtUp), 'all caught up');
+      const live = queriesFrom(nodes, 600, BS, 9).map((q) => ({ token_ids: [...q], model_name: 'm' }));
+      const held = async (base: string) => (await dumpCounts(base)).filter(([k]) => k.startsWith('m:default/'));
+      for (const replica of [idle, busy]) {
+        expect(await held(replica.url)).toEqual(await held(ours.url));
+        expect((await differences(replica.url, ours.url, live)).slice(0, 2)).toEqual([]);
+      }
+    }, 180_000);
+
+    it('keeps a list of peers as Dynamo does, saved with the registrations; refuses what is not a URL', async () => {
+      const dynamo = await startDynamoIndexer(1);
+      cleanup.push(() => dynamo.stop());
+      const dir = mkdtempSync(join(tmpdir(), 'kvplane-peers-'));
+      const stateFile = join(dir, 'state.json');
+      const ours = await IndexerServer.create({
+        host: '127.0.0.1',
+        port: 0,
+        stateFile,
+        peers: ['http://10.0.0.1:8090'],
+      });
+      cleanup.push(() => ours.close());
+      await post(dynamo.url, '/register_peer', { url: 'http://10.0.0.1:8090' });
+      const steps: Array<[string, string, Json]> = [
+        ['POST', '/register_peer', { url: 'http://10.0.0.2:8091' }],
+        ['POST', '/register_peer', { url: 'http://10.0.0.2:8091' }],
+        ['GET', '/peers', null],
+        ['POST', '/deregister_peer', { url: 'http://10.0.0.3:1' }],
+        ['POST', '/deregister_peer', { url: 'http://10.0.0.1:8090' }],
+        ['GET', '/peers', null],
+        ['POST', '/register_peer', {}],
+        ['POST', '/register_peer', { url: 5 }],
+        ['GET', '/register_peer', null],
+        ['POST', '/reopen_logs', {}],
+      ];
+      for (const [method, path, body] of steps) {
+        const ask = async (base: string) => {
+          if (method === 'POST') return post(base, path, body);
+          const res = await fetch(`${base}${path}`);
+          const text = await res.text();
+          return { status: res.status, json: text === '' ? null : JSON.parse(text) };
+        };
+        const [a, b] = await Promise.all([ask(dynamo.url), ask(ours.url)]);
+        expect([method, path, body, b.status]).toEqual([method, path, body, a.status]);
+        // Dynamo keeps its peers in a hash set (any order); kvplane in the order they came.
+        const sorted = (j: Json) => (Array.isArray(j) ? [...j].sort() : j);
+        if (a.status < 300 || path === '/peers') expect([path, sorted(b.json)]).toEqual([path, sorted(a.json)]);
+      }
+      // Saved: a restart keeps them.
+      expect(JSON.parse(readFileSync(stateFile, 'utf8')).peers).toEqual(['http://10.0.0.2:8091']);
+      // Dynamo lists anything; kvplane only URLs it could ask.
+      for (const url of ['not a url', 'ftp://x', '', 'http://h:1/?q=1']) {
+        expect((await post(dynamo.url, '/register_peer', { url })).status).toBe(201);
+        const r = await post(ours.url, '/register_peer', { url });
+        expect(r.status).toBe(400);
+        expect(typeof r.json.error).toBe('string');
+      }
+    }, 60_000);
+
+    it("writes Dynamo's access log lines, and opens the file again on /reopen_logs", async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'kvplane-access-'));
+      const dynamoLog = join(dir, 'dynamo.log');
+      const ourLog = join(dir, 'ours.log');
+      const dynamo = await startDynamoIndexer(1, ['--access-log', dynamoLog, '--trace-id-header', 'x-req']);
+      cleanup.push(() => dynamo.stop());
+      const ours = await IndexerServer.create({
+        host: '127.0.0.1',
+        port: 0,
+        accessLog: ourLog,
+        traceIdHeader: 'x-req',
+      });
+      cleanup.push(() => ours.close());
+      const requests: Array<[string, string, string | null, Record<string, string>]> = [
+        ['GET', '/peers', null, { 'x-req': 'trace-1' }],
+        ['POST', '/query', '{"token_ids":[1,2],"model_name":"mq"}', {}],
+        [
+          'POST',
+          '/register',
+          '{"instance_id":1,"endpoint":"tcp://127.0.0.1:9","model_name":"mr","block_size":16}',
+          { 'x-trace-id': 'ignored' },
+        ],
+        ['POST', '/unregister', 'bad', {}],
+        ['PUT', '/peers', null, {}],
+        ['GET', '/health', null, {}],
+        ['GET', '/nope', null, {}],
+      ];
+      for (const base of [dynamo.url, ours.url]) {
+        for (const [method, path, body, headers] of requests) {
+          const init: RequestInit = { method, headers: { ...headers } };
+          if (body !== null) {
+            init.body = body;
+            (init.headers as Record<string, string>)['content-type'] = 'application/json';
+          }
+          await (await fetch(`${base}${path}`, init)).text();
+        }
+      }
+      const lines = async (path: string, n: number) => {
+        let got: Json[] = [];
+        await until(() => {
+          try {
+            got = readFileSync(path, 'utf8')
+              .trim()
+              .split('\n')
+              .filter(Boolean)
+              .map((l) => JSON.parse(l));
+          } catch {
+            return false;
+          }
+          return got.length >= n;
+        }, `${n} lines in ${path}`);
+        return got;
+      };
+      // Less the /health requests that waited for it to start.
+      const theirs = (await lines(dynamoLog, 7)).slice(-6);
+      const mine = await lines(ourLog, 6);
+      const shape = (l: Json) => ({ ...l, ts: typeof l.ts, duration_ms: typeof l.duration_ms });
+      expect(mine.map(shape)).toEqual(theirs.map(shape));
+      expect(mine.map((l) => l.path)).toEqual(['/peers', '/query', '/register', '/unregister', '/peers', '/health']);
+      for (const l of mine) expect(l.ts).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+
+      // A rotation: the file moved away, /reopen_logs, and the next lines (its own first, as
+      // Dynamo writes it) go to a new file.
+      renameSync(ourLog, `${ourLog}.1`);
+      expect((await post(ours.url, '/reopen_logs', {})).status).toBe(200);
+      await fetch(`${ours.url}/peers`).then((r) => r.text());
+      const after = await lines(ourLog, 2);
+      expect(after.map((l) => l.path)).toEqual(['/reopen_logs', '/peers']);
+      expect(readFileSync(`${ourLog}.1`, 'utf8').trim().split('\n').length).toBe(6);
+    }, 60_000);
+  },
+);
