@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -258,6 +258,45 @@ describe('kvplane indexer', () => {
         ['7', 0],
         ['7', 1],
       ]);
+      // A second indexer, with the first as its peer (Dynamo's flags): it starts from its dump,
+      // says so, and writes its access log.
+      const accessLog = join(tmpdir(), `kvplane-access-${process.pid}.log`);
+      const peer = spawn(process.execPath, [
+        CLI,
+        'indexer',
+        '--host',
+        '127.0.0.1',
+        '--port',
+        '0',
+        '--peers',
+        url,
+        '--threads',
+        '4',
+        '--access-log',
+        accessLog,
+        '--access-log-local-time',
+        '--trace-id-header',
+        'x-request-id',
+        '--duration',
+        '20',
+      ]);
+      cleanup.push(() => peer.kill('SIGTERM'));
+      const peerOut = lines(peer);
+      await until(() => peerOut.some((l) => l.msg === 'indexing'));
+      const peerStarted = peerOut.find((l) => l.msg === 'indexing') as Record<string, unknown>;
+      expect(peerStarted).toMatchObject({ peers: [url], recovered_from: url });
+      const recovered = peerStarted.recovered as Array<{ name: string; blocks: number }>;
+      expect(recovered.map((r) => r.name)).toEqual(['llama:default']);
+      expect(recovered[0]?.blocks).toBeGreaterThan(0);
+      const peerUrl = peerStarted.http as string;
+      await fetch(`${peerUrl}/peers`, { headers: { 'x-request-id': 'r-1' } }).then((r) => r.json());
+      let logged = '';
+      for (let i = 0; i < 100 && logged === ''; i++) {
+        logged = existsSync(accessLog) ? readFileSync(accessLog, 'utf8') : '';
+        if (logged === '') await new Promise((r) => setTimeout(r, 25));
+      }
+      expect(JSON.parse(logged.trim())).toMatchObject({ trace_id: 'r-1', method: 'GET', path: '/peers', status: 200 });
+      expect(JSON.parse(logged.trim()).ts).toMatch(/[+-]\d\d:\d\d$/);
     } finally {
       ix.kill('SIGTERM');
       for (const f of cleanup) await f();
@@ -272,6 +311,10 @@ describe('kvplane indexer', () => {
       ['--port', 'x'],
       ['--nope', '1'],
       ['--block-size', '16', '--workers', 'x'],
+      ['--peers', 'ftp://idx:1'],
+      ['--threads', '0'],
+      ['--access-log-local-time=yes'],
+      ['--trace-id-header', 'a b'],
     ]) {
       const r = spawnSync(process.execPath, [CLI, 'indexer', ...args], { encoding: 'utf8' });
       expect(r.status, args.join(' ')).toBe(2);

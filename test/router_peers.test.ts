@@ -1,4 +1,6 @@
 import { mkdtempSync, readFileSync, renameSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { type AddressInfo, createServer as createNetServer, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -211,16 +213,16 @@ describe.skipIf(!dynamoAvailable())(
         host: '127.0.0.1',
         port: 0,
         stateFile,
-        peers: ['http://10.0.0.1:8090'],
+        peers: ['http://127.0.0.1:1'],
       });
       cleanup.push(() => ours.close());
-      await post(dynamo.url, '/register_peer', { url: 'http://10.0.0.1:8090' });
+      await post(dynamo.url, '/register_peer', { url: 'http://127.0.0.1:1' });
       const steps: Array<[string, string, Json]> = [
-        ['POST', '/register_peer', { url: 'http://10.0.0.2:8091' }],
-        ['POST', '/register_peer', { url: 'http://10.0.0.2:8091' }],
+        ['POST', '/register_peer', { url: 'http://127.0.0.1:2' }],
+        ['POST', '/register_peer', { url: 'http://127.0.0.1:2' }],
         ['GET', '/peers', null],
-        ['POST', '/deregister_peer', { url: 'http://10.0.0.3:1' }],
-        ['POST', '/deregister_peer', { url: 'http://10.0.0.1:8090' }],
+        ['POST', '/deregister_peer', { url: 'http://127.0.0.1:3' }],
+        ['POST', '/deregister_peer', { url: 'http://127.0.0.1:1' }],
         ['GET', '/peers', null],
         ['POST', '/register_peer', {}],
         ['POST', '/register_peer', { url: 5 }],
@@ -240,8 +242,22 @@ describe.skipIf(!dynamoAvailable())(
         const sorted = (j: Json) => (Array.isArray(j) ? [...j].sort() : j);
         if (a.status < 300 || path === '/peers') expect([path, sorted(b.json)]).toEqual([path, sorted(a.json)]);
       }
-      // Saved: a restart keeps them.
-      expect(JSON.parse(readFileSync(stateFile, 'utf8')).peers).toEqual(['http://10.0.0.2:8091']);
+      // Saved: a restart keeps them, and asks them (here nothing listens: it starts empty).
+      expect(JSON.parse(readFileSync(stateFile, 'utf8')).peers).toEqual(['http://127.0.0.1:2']);
+      const warnings: string[] = [];
+      const again = await IndexerServer.create({
+        host: '127.0.0.1',
+        port: 0,
+        stateFile,
+        onWarning: (msg) => warnings.push(msg),
+      });
+      cleanup.push(() => again.close());
+      expect(await (await fetch(`${again.url}/peers`)).json()).toEqual(['http://127.0.0.1:2']);
+      expect(warnings).toEqual([
+        'recovery from a peer failed, trying the next',
+        'no peer answered /dump: starting with an empty index',
+      ]);
+      expect(again.peerRecovery).toBeNull();
       // Dynamo lists anything; kvplane only URLs it could ask.
       for (const url of ['not a url', 'ftp://x', '', 'http://h:1/?q=1']) {
         expect((await post(dynamo.url, '/register_peer', { url })).status).toBe(201);
@@ -323,3 +339,50 @@ describe.skipIf(!dynamoAvailable())(
     }, 60_000);
   },
 );
+
+describe('peer indexers that do not answer as peers', () => {
+  it('are passed over: one that accepts and never answers (after 5 s), one that answers something else, one that answers 404', async () => {
+    const silent = createNetServer(() => {});
+    const other = createServer((req, res) => {
+      if (req.url === '/dump') res.end(req.headers.host?.endsWith(':1') ? '' : '{"m:default":{"events":[]}}');
+      else res.end();
+    });
+    const missing = createServer((_req, res) => {
+      res.statusCode = 404;
+      res.end();
+    });
+    const held: Socket[] = [];
+    silent.on('connection', (c) => held.push(c));
+    for (const s of [silent, other, missing]) {
+      await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+      cleanup.push(() => new Promise((r) => s.close(r)));
+    }
+    cleanup.push(() => {
+      for (const c of held) c.destroy();
+      other.closeAllConnections();
+      missing.closeAllConnections();
+    });
+    const at = (s: { address(): unknown }) => `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
+    const warnings: Array<[string, Json]> = [];
+    const t0 = Date.now();
+    const ours = await IndexerServer.create({
+      host: '127.0.0.1',
+      port: 0,
+      peers: [at(silent), at(other), `${at(missing)}/`],
+      onWarning: (msg, detail) => warnings.push([msg, detail]),
+    });
+    cleanup.push(() => ours.close());
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(4900);
+    expect(warnings.map(([m]) => m)).toEqual([
+      'recovery from a peer failed, trying the next',
+      'a peer answered /dump with something else, trying the next',
+      'recovery from a peer failed, trying the next',
+      'no peer answered /dump: starting with an empty index',
+    ]);
+    expect(warnings[0]?.[1].error).toMatch(/no answer within 5000 ms/);
+    expect(warnings[1]?.[1].error).toMatch(/ERR_DECODE|block_size/);
+    expect(warnings[2]?.[1].error).toMatch(/answered 404/);
+    expect(ours.peerRecovery).toBeNull();
+    expect((await (await fetch(`${ours.url}/health`)).json()).status).toBe('ok');
+  }, 30_000);
+});

@@ -2,7 +2,9 @@ import { readIndexerDump } from '../indexer_dump.js';
 import { HttpError } from './json.js';
 import type { Registry } from './registry.js';
 
-/** How long a peer has to answer `/dump` whole. */
+/** How long a peer has to begin its `/dump` answer (one that cannot be reached is passed over soon). */
+const DUMP_HEADERS_MS = 5_000;
+/** How long it has to send it whole. */
 const DUMP_TIMEOUT_MS = 60_000;
 /** The largest `/dump` body read from a peer. */
 const DUMP_BYTES = 2 ** 31 - 1;
@@ -108,17 +110,25 @@ export async function recoverFromPeers(
 
 async function fetchDump(peer: string): Promise<Buffer> {
   const url = `${peer.replace(/\/+$/, '')}/dump`;
-  const res = await fetch(url, { signal: AbortSignal.timeout(DUMP_TIMEOUT_MS) });
-  if (res.status !== 200) {
-    await res.body?.cancel();
-    throw new Error(`${url} answered ${res.status}`);
+  const abort = new AbortController();
+  let timer = setTimeout(() => abort.abort(new Error(`no answer within ${DUMP_HEADERS_MS} ms`)), DUMP_HEADERS_MS);
+  try {
+    const res = await fetch(url, { signal: abort.signal, redirect: 'error' });
+    clearTimeout(timer);
+    timer = setTimeout(() => abort.abort(new Error(`not read whole within ${DUMP_TIMEOUT_MS} ms`)), DUMP_TIMEOUT_MS);
+    if (res.status !== 200) {
+      await res.body?.cancel();
+      throw new Error(`${url} answered ${res.status}`);
+    }
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    for await (const chunk of res.body ?? []) {
+      size += chunk.byteLength;
+      if (size > DUMP_BYTES) throw new Error(`${url}: the answer is over ${DUMP_BYTES} bytes`);
+      chunks.push(chunk);
+    }
+    return Buffer.concat(chunks);
+  } finally {
+    clearTimeout(timer);
   }
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of res.body ?? []) {
-    size += chunk.byteLength;
-    if (size > DUMP_BYTES) throw new Error(`${url}: the answer is over ${DUMP_BYTES} bytes`);
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
 }
