@@ -10,8 +10,14 @@
 //   - /query: p50 / p99 of 8k-token requests (HTTP, sequential, keep-alive), the same requests to
 //     both, and a check that both give the same answers.
 //
+//   - with --peers: a start from a peer (Dynamo's P2P recovery), once the load is in: each
+//     indexer's /dump (bytes, seconds), then a new indexer of each kind started with each as its
+//     peer, timed from its spawn until it answers /health (both load the dump before they
+//     serve), and its answers to the first 50 queries checked against its peer's.
+//
 //   node bench/router.mjs [--workers 64] [--queries 400] [--seed 1] [--dynamo-threads 1] [--private-chains 8]
 //                         [--zmq-receive native|js]   (how kvplane reads the ZMQ streams; default native)
+//                         [--peers]
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -27,6 +33,7 @@ const DYNAMO_THREADS = flag('--dynamo-threads', '1');
 /** Private chains of 512 blocks per worker (the load's size: 8 gives about 460k memberships over 64 workers). */
 const PRIVATE = flag('--private-chains', '8');
 const ZMQ_RECEIVE = flag('--zmq-receive', 'native');
+const PEERS = args.includes('--peers');
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const TICKS = 100; // clock ticks per second (getconf CLK_TCK)
 
@@ -238,9 +245,67 @@ try {
     query_p99: +(pct(k.lat, 0.99) / pct(d.lat, 0.99)).toFixed(2),
     bytes_per_membership: +(k.rssBytes / d.rssBytes).toFixed(2),
   };
+  if (PEERS) result.peers = await peerStarts(sides, qs.slice(0, 50), norm);
   console.log(JSON.stringify(result, null, 2));
 } finally {
   for (const s of sides) s.proc.kill('SIGTERM');
   nodes.stdin.end();
   nodes.kill('SIGTERM');
+}
+
+/** A new indexer of each kind started from each side as its peer (`--peers`). */
+async function peerStarts(sides, qs, norm) {
+  const out = { dumps: {}, starts: [] };
+  for (const s of sides) {
+    const t = performance.now();
+    const body = await (await fetch(`${s.url}/dump`)).arrayBuffer();
+    out.dumps[s.name] = { bytes: body.byteLength, seconds: +((performance.now() - t) / 1000).toFixed(3) };
+  }
+  for (const kind of ['dynamo', 'kvplane']) {
+    for (const peer of sides) {
+      const port = await freePort();
+      const url = `http://127.0.0.1:${port}`;
+      const t = performance.now();
+      const proc =
+        kind === 'dynamo'
+          ? spawn(
+              'python3',
+              ['-m', 'dynamo.indexer', '--port', String(port), '--threads', DYNAMO_THREADS, '--peers', peer.url],
+              {
+                stdio: ['ignore', 'ignore', 'ignore'],
+              },
+            )
+          : spawn(
+              process.execPath,
+              ['dist/cli.js', 'indexer', '--host', '127.0.0.1', '--port', String(port), '--peers', peer.url],
+              {
+                stdio: ['ignore', 'ignore', 'inherit'],
+              },
+            );
+      try {
+        for (let i = 0; ; i++) {
+          try {
+            if ((await fetch(`${url}/health`)).ok) break;
+          } catch {}
+          if (i > 12_000) throw new Error(`${kind} from ${peer.name} did not start`);
+          await sleep(5);
+        }
+        const seconds = (performance.now() - t) / 1000;
+        let differ = 0;
+        for (const body of qs)
+          if (norm(await post(url, '/query', body)) !== norm(await post(peer.url, '/query', body))) differ++;
+        out.starts.push({
+          indexer: kind,
+          peer: peer.name,
+          seconds: +seconds.toFixed(2),
+          rss_mib: Math.round(rss(proc.pid) / 1048576),
+          answers_differ: differ,
+        });
+      } finally {
+        proc.kill('SIGTERM');
+        await new Promise((r) => proc.once('exit', r));
+      }
+    }
+  }
+  return out;
 }

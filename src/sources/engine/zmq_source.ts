@@ -486,6 +486,8 @@ class RankLink {
   /** Ends `hold` (`RankFollower.release`): what was held is applied, in order. */
   release(known: boolean): void {
     this.#run(this.follower.release(known));
+    // Not known: the join fetch the hold put off, unless what was held began the rank already.
+    if (!known && this.#source.options.fetchOnJoin) this.#run(this.follower.join());
     this.#relayWaiting();
     this.#reopen();
   }
