@@ -9,12 +9,15 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
-/** One index of a dump. */
+/**
+ * One index of a dump. `restore` takes its blocks (they are freed then, not when the object is
+ * collected): restored once.
+ */
 export declare class NativeDumpedIndex {
   /** `model_name:routing_group`, as the dump names it. */
   get name(): string
   get blockSize(): number
-  /** Its stored events. */
+  /** Its stored events (0 once restored). */
   get segments(): number
   /** Events left out: not stored ones, or of a tier not indexed. */
   get skipped(): number
@@ -144,7 +147,8 @@ export declare class NativeLocalIndexer {
 export declare class NativeRouterIndex {
   /**
    * Stores a dumped index's segments over what the index holds (one writer's turn, a few
-   * blocks per write lock), but those of the workers in `skip`. A segment whose parent is
+   * blocks per write lock), but those of the workers in `skip`; the dump's blocks are taken (a
+   * second restore of it stores nothing). A segment whose parent is
    * unknown is counted as a drop.
    */
   restore(dump: NativeDumpedIndex, skip?: BigUint64Array | undefined | null): RestoredOut

@@ -5,7 +5,7 @@ import native from '../native.js';
 /**
  * One index of an indexer's `GET /dump` (kvplane's or Dynamo's), read natively: its name
  * (`model_name:routing_group`), block size and how many stored events it holds; its blocks stay
- * native until `RouterIndex.restore` stores them.
+ * native until `RouterIndex.restore` stores them (and takes them: a dumped index is restored once).
  */
 export type DumpedIndex = Native.NativeDumpedIndex;
 

@@ -207,7 +207,11 @@ export class RouterIndex extends EventEmitter<RouterIndexEvents> {
   /** Every worker's blocks per tier, as chain segments, parents first (one worker's with `workerId`). */
   dump(workerId?: bigint): RouterDumpSegment[] {
     const n = this.#open();
-    return callNative(() => n.dump(workerId ?? null)) as RouterDumpSegment[];
+    // A root's parent comes over as absent: `null`, as typed (and as `/dump` writes it).
+    return callNative(() => n.dump(workerId ?? null)).map((s) => ({
+      ...s,
+      parent: s.parent ?? null,
+    })) as RouterDumpSegment[];
   }
 
   /**

@@ -7,11 +7,13 @@ use crate::router_index::NativeRouterIndex;
 use kvplane_core::codec::dynamo_dump::{parse_dynamo_dump as parse, DumpedIndex};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
+use std::cell::RefCell;
 
-/// One index of a dump.
+/// One index of a dump. `restore` takes its blocks (they are freed then, not when the object is
+/// collected): restored once.
 #[napi]
 pub struct NativeDumpedIndex {
-  inner: DumpedIndex,
+  inner: RefCell<DumpedIndex>,
 }
 
 #[napi]
@@ -19,24 +21,24 @@ impl NativeDumpedIndex {
   /// `model_name:routing_group`, as the dump names it.
   #[napi(getter)]
   pub fn name(&self) -> String {
-    self.inner.name.clone()
+    self.inner.borrow().name.clone()
   }
 
   #[napi(getter)]
   pub fn block_size(&self) -> u32 {
-    self.inner.block_size
+    self.inner.borrow().block_size
   }
 
-  /// Its stored events.
+  /// Its stored events (0 once restored).
   #[napi(getter)]
   pub fn segments(&self) -> u32 {
-    self.inner.segments.len() as u32
+    self.inner.borrow().segments.len() as u32
   }
 
   /// Events left out: not stored ones, or of a tier not indexed.
   #[napi(getter)]
   pub fn skipped(&self) -> f64 {
-    self.inner.skipped as f64
+    self.inner.borrow().skipped as f64
   }
 }
 
@@ -48,7 +50,9 @@ pub fn parse_dynamo_dump(body: Buffer) -> Result<Vec<NativeDumpedIndex>, Code> {
     Ok(
       parse(&body)?
         .into_iter()
-        .map(|inner| NativeDumpedIndex { inner })
+        .map(|inner| NativeDumpedIndex {
+          inner: RefCell::new(inner),
+        })
         .collect(),
     )
   })
@@ -63,7 +67,8 @@ pub struct RestoredOut {
 #[napi]
 impl NativeRouterIndex {
   /// Stores a dumped index's segments over what the index holds (one writer's turn, a few
-  /// blocks per write lock), but those of the workers in `skip`. A segment whose parent is
+  /// blocks per write lock), but those of the workers in `skip`; the dump's blocks are taken (a
+  /// second restore of it stores nothing). A segment whose parent is
   /// unknown is counted as a drop.
   #[napi]
   pub fn restore(
@@ -73,7 +78,8 @@ impl NativeRouterIndex {
   ) -> Result<RestoredOut, Code> {
     guard_js(|| {
       let skip = skip.as_deref().unwrap_or(&[]);
-      let r = self.shared().restore(&dump.inner.segments, skip);
+      let segments = std::mem::take(&mut dump.inner.borrow_mut().segments);
+      let r = self.shared().restore(&segments, skip);
       Ok(RestoredOut {
         segments: r.segments,
         blocks: r.blocks as f64,

@@ -1,3 +1,4 @@
+import { trimMemorySoon } from '../../transports/memory.js';
 import { readIndexerDump } from '../indexer_dump.js';
 import { HttpError } from './json.js';
 import type { Registry } from './registry.js';
@@ -94,6 +95,8 @@ export async function recoverFromPeers(
       continue;
     }
     const out: PeerRecovery = { peer, indexes: [] };
+    // The body and what was read of it are freed once this returns: handed back to the OS after.
+    trimMemorySoon();
     for (const d of dumped) {
       const ix = registry.indexForRestore(d.name, d.blockSize);
       if (typeof ix === 'string') {
@@ -120,14 +123,20 @@ async function fetchDump(peer: string): Promise<Buffer> {
       await res.body?.cancel();
       throw new Error(`${url} answered ${res.status}`);
     }
+    // Read into one buffer of the announced length when there is one (a dump is as large as the
+    // index: no second copy of it), else gathered and joined.
+    const announced = Number(res.headers.get('content-length') ?? Number.NaN);
+    const whole = Number.isSafeInteger(announced) && announced <= DUMP_BYTES ? Buffer.allocUnsafe(announced) : null;
     const chunks: Uint8Array[] = [];
     let size = 0;
     for await (const chunk of res.body ?? []) {
+      if (size + chunk.byteLength > (whole?.length ?? DUMP_BYTES))
+        throw new Error(`${url}: the answer is over ${whole?.length ?? DUMP_BYTES} bytes`);
+      if (whole) whole.set(chunk, size);
+      else chunks.push(chunk);
       size += chunk.byteLength;
-      if (size > DUMP_BYTES) throw new Error(`${url}: the answer is over ${DUMP_BYTES} bytes`);
-      chunks.push(chunk);
     }
-    return Buffer.concat(chunks);
+    return whole ? whole.subarray(0, size) : Buffer.concat(chunks);
   } finally {
     clearTimeout(timer);
   }
