@@ -1,15 +1,18 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { hashBlocks, IndexerServer, type KvEvent } from '../dist/index.mjs';
-import { sleep, until } from './fixtures.js';
+import { hashBlocks, IndexerServer } from '../dist/index.mjs';
+import { sleep } from './fixtures.js';
 import {
   canonical,
   dynamoAvailable,
   post,
   queriesFrom,
+  registerEverywhere,
   run,
   type SimNode,
+  settled,
   simNodes,
   startDynamoIndexer,
+  tieredAndLora,
 } from './router_fixtures.js';
 
 const BS = 16;
@@ -17,42 +20,6 @@ const cleanup: Array<() => unknown> = [];
 afterEach(async () => {
   for (const f of cleanup.splice(0).reverse()) await f();
 });
-
-/** Per worker, the blocks an indexer's `/dump` holds (its events as Dynamo writes them). */
-async function dumpCounts(base: string): Promise<Record<string, number>> {
-  // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
-  const d = (await (await fetch(`${base}/dump`)).json()) as Record<string, { events: any[] }>;
-  const out: Record<string, number> = {};
-  for (const part of Object.values(d)) {
-    for (const e of part.events) {
-      const key = `${e.worker_id}:${e.storage_tier}`;
-      out[key] = (out[key] ?? 0) + e.event.data.stored.blocks.length;
-    }
-  }
-  return out;
-}
-
-/** Blocks on three tiers and under a LoRA adapter, published by `node` as a vLLM engine would. */
-function tieredAndLora(node: SimNode): Uint32Array {
-  const tokens = Uint32Array.from({ length: 5 * BS }, (_, i) => 900_000 + i);
-  const block = (i: number) => tokens.subarray(i * BS, (i + 1) * BS);
-  const ev = (hashes: number[], parent: number | null, from: number, medium: string, loraName?: string): KvEvent => ({
-    type: 'stored',
-    blockHashes: hashes.map(BigInt),
-    parentBlockHash: parent === null ? null : BigInt(parent),
-    tokenIds: Uint32Array.from(hashes.flatMap((_, i) => [...block(from + i)])),
-    blockSize: BS,
-    medium,
-    ...(loraName ? { loraName } : {}),
-  });
-  node.publisher.publish([
-    ev([9001, 9002], null, 0, 'GPU'),
-    ev([9003], 9002, 2, 'CPU'),
-    ev([9004], 9003, 3, 'STORAGE'),
-    ev([9101, 9102], null, 0, 'GPU', 'adapter-a'),
-  ]);
-  return tokens;
-}
 
 describe.skipIf(!dynamoAvailable())(
   "kvplane indexer against Dynamo's standalone indexer (PyPI ai-dynamo-runtime 1.6.1)",
@@ -64,36 +31,12 @@ describe.skipIf(!dynamoAvailable())(
       cleanup.push(() => dynamo.stop());
       const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
       cleanup.push(() => ours.close());
-      for (const n of nodes) {
-        for (const base of [dynamo.url, ours.url]) {
-          const r = await post(base, '/register', {
-            instance_id: Number(n.id),
-            endpoint: n.endpoint,
-            replay_endpoint: n.replayEndpoint,
-            model_name: 'm',
-            block_size: BS,
-          });
-          expect(r, base).toEqual({ status: 201, json: { status: 'ok' } });
-        }
-      }
+      await registerEverywhere([dynamo.url, ours.url], nodes, BS);
       await sleep(500);
       await run(nodes, 120);
-      const extra = tieredAndLora(nodes[1] as SimNode);
+      const extra = tieredAndLora(nodes[1] as SimNode, BS);
       await run(nodes, 30);
-      // Quiescence: kvplane has applied every node's last batch, and both hold the same blocks.
-      const ix = ours.registry.index('m', 'default');
-      await until(
-        () => nodes.every((n) => ix.subscription(n.id)?.stats().lastSeq === n.publisher.stats().lastSeq),
-        'kvplane caught up',
-      );
-      let theirs: Record<string, number> = {};
-      let mine: Record<string, number> = {};
-      for (let i = 0; i < 100; i++) {
-        [theirs, mine] = await Promise.all([dumpCounts(dynamo.url), dumpCounts(ours.url)]);
-        if (JSON.stringify(Object.entries(theirs).sort()) === JSON.stringify(Object.entries(mine).sort())) break;
-        await sleep(100);
-      }
-      expect(Object.entries(mine).sort()).toEqual(Object.entries(theirs).sort());
+      await settled(ours, nodes, [dynamo.url]);
 
       const queries = queriesFrom(nodes, 3000, BS, 11);
       const requests: Array<Record<string, unknown>> = queries.map((q) => ({ token_ids: [...q], model_name: 'm' }));

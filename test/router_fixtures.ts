@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { KvEventPublisher, SimEngine } from '../dist/index.mjs';
-import { freePort, sleep } from './fixtures.js';
+import { type IndexerServer, type KvEvent, KvEventPublisher, SimEngine } from '../dist/index.mjs';
+import { freePort, sleep, until } from './fixtures.js';
 
 /** A parsed JSON answer, read field by field. */
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
@@ -200,4 +200,90 @@ export function canonical(answer: any): string {
         )
       : v;
   return JSON.stringify(sort({ scores: answer.scores, instances: answer.instances }));
+}
+
+/** Per index, worker, rank and tier, the blocks an indexer's `/dump` holds, sorted. */
+export async function dumpCounts(base: string): Promise<Array<[string, number]>> {
+  const d = (await (await fetch(`${base}/dump`)).json()) as Record<string, { events: Json[] }>;
+  const out: Record<string, number> = {};
+  for (const [name, part] of Object.entries(d)) {
+    for (const e of part.events) {
+      const key = `${name}/${e.worker_id}:${e.event.dp_rank}:${e.storage_tier}`;
+      out[key] = (out[key] ?? 0) + e.event.data.stored.blocks.length;
+    }
+  }
+  return Object.entries(out).sort();
+}
+
+/**
+ * Blocks on three tiers (each lower tier's first block the child of the one above) and under a
+ * LoRA adapter, published by `node` as a vLLM engine would: their tokens.
+ */
+export function tieredAndLora(node: SimNode, blockSize: number): Uint32Array {
+  const tokens = Uint32Array.from({ length: 5 * blockSize }, (_, i) => 900_000 + i);
+  const block = (i: number) => tokens.subarray(i * blockSize, (i + 1) * blockSize);
+  const ev = (hashes: number[], parent: number | null, from: number, medium: string, loraName?: string): KvEvent => ({
+    type: 'stored',
+    blockHashes: hashes.map(BigInt),
+    parentBlockHash: parent === null ? null : BigInt(parent),
+    tokenIds: Uint32Array.from(hashes.flatMap((_, i) => [...block(from + i)])),
+    blockSize,
+    medium,
+    ...(loraName ? { loraName } : {}),
+  });
+  node.publisher.publish([
+    ev([9001, 9002], null, 0, 'GPU'),
+    ev([9003], 9002, 2, 'CPU'),
+    ev([9004], 9003, 3, 'STORAGE'),
+    ev([9101, 9102], null, 0, 'GPU', 'adapter-a'),
+  ]);
+  return tokens;
+}
+
+/**
+ * Registers every node with each indexer at `bases`, model `m`, once per routing group (a node's
+ * instance id plus 100 per group after the first), with its replay socket.
+ */
+export async function registerEverywhere(
+  bases: readonly string[],
+  nodes: readonly SimNode[],
+  blockSize: number,
+  groups: readonly string[] = ['default'],
+): Promise<void> {
+  for (const n of nodes) {
+    for (const [g, group] of groups.entries()) {
+      for (const base of bases) {
+        const r = await post(base, '/register', {
+          instance_id: Number(n.id) + 100 * g,
+          endpoint: n.endpoint,
+          replay_endpoint: n.replayEndpoint,
+          model_name: 'm',
+          routing_group: group,
+          block_size: blockSize,
+        });
+        if (r.status !== 201) throw new Error(`${base}/register: ${r.status} ${JSON.stringify(r.json)}`);
+      }
+    }
+  }
+}
+
+/**
+ * Quiescence: kvplane's indexer `ours` has applied every node's last batch (index `m:default`),
+ * and every indexer at `bases` holds the same blocks as it (`dumpCounts`).
+ */
+export async function settled(ours: IndexerServer, nodes: readonly SimNode[], bases: readonly string[]): Promise<void> {
+  const ix = ours.registry.index('m', 'default');
+  await until(
+    () => nodes.every((n) => ix.subscription(n.id)?.stats().lastSeq === n.publisher.stats().lastSeq),
+    'kvplane caught up',
+  );
+  const mine = JSON.stringify(await dumpCounts(ours.url));
+  for (const base of bases) {
+    let theirs = '';
+    for (let i = 0; i < 100 && theirs !== mine; i++) {
+      if (i > 0) await sleep(100);
+      theirs = JSON.stringify(await dumpCounts(base));
+    }
+    if (theirs !== mine) throw new Error(`${base} holds other blocks than kvplane: ${theirs} against ${mine}`);
+  }
 }

@@ -4,18 +4,22 @@ import { type AddressInfo, createServer as createNetServer, type Socket } from '
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { IndexerServer, type KvEvent } from '../dist/index.mjs';
+import { IndexerServer } from '../dist/index.mjs';
 import { sleep, until } from './fixtures.js';
 import {
   canonical,
   type DynamoIndexer,
+  dumpCounts,
   dynamoAvailable,
   post,
   queriesFrom,
+  registerEverywhere,
   run,
   type SimNode,
+  settled,
   simNodes,
   startDynamoIndexer,
+  tieredAndLora,
 } from './router_fixtures.js';
 
 const BS = 16;
@@ -26,50 +30,6 @@ afterEach(async () => {
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers, read field by field
 type Json = any;
-
-/** Per worker and tier, the blocks an indexer's `/dump` holds. */
-async function dumpCounts(base: string): Promise<Array<[string, number]>> {
-  const d = (await (await fetch(`${base}/dump`)).json()) as Record<string, { events: Json[] }>;
-  const out: Record<string, number> = {};
-  for (const [name, part] of Object.entries(d)) {
-    for (const e of part.events) {
-      const key = `${name}/${e.worker_id}:${e.event.dp_rank}:${e.storage_tier}`;
-      out[key] = (out[key] ?? 0) + e.event.data.stored.blocks.length;
-    }
-  }
-  return Object.entries(out).sort();
-}
-
-/** Blocks on three tiers (each lower tier's first block the child of one above) and under a LoRA adapter. */
-function tieredAndLora(node: SimNode): Uint32Array {
-  const tokens = Uint32Array.from({ length: 5 * BS }, (_, i) => 700_000 + i);
-  const block = (i: number) => tokens.subarray(i * BS, (i + 1) * BS);
-  const ev = (hashes: number[], parent: number | null, from: number, medium: string, loraName?: string): KvEvent => ({
-    type: 'stored',
-    blockHashes: hashes.map(BigInt),
-    parentBlockHash: parent === null ? null : BigInt(parent),
-    tokenIds: Uint32Array.from(hashes.flatMap((_, i) => [...block(from + i)])),
-    blockSize: BS,
-    medium,
-    ...(loraName ? { loraName } : {}),
-  });
-  node.publisher.publish([
-    ev([8001, 8002], null, 0, 'GPU'),
-    ev([8003], 8002, 2, 'CPU'),
-    ev([8004], 8003, 3, 'STORAGE'),
-    ev([8101, 8102], null, 0, 'GPU', 'adapter-a'),
-  ]);
-  return tokens;
-}
-
-/** Waits for an asynchronous condition. */
-async function untilAsync(cond: () => Promise<boolean>, what: string, ms = 30_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await sleep(100);
-  }
-}
 
 /** `/query` answers of `a` and `b` that differ, over `requests`. */
 async function differences(a: string, b: string, requests: readonly Json[]): Promise<Json[]> {
@@ -91,37 +51,12 @@ describe.skipIf(!dynamoAvailable())(
       cleanup.push(() => dynamo.stop());
       const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
       cleanup.push(() => ours.close());
-      for (const n of nodes) {
-        for (const [base, group] of [
-          [dynamo.url, 'default'],
-          [ours.url, 'default'],
-          [dynamo.url, 'g2'],
-          [ours.url, 'g2'],
-        ] as const) {
-          const r = await post(base, '/register', {
-            instance_id: Number(n.id) + (group === 'g2' ? 100 : 0),
-            endpoint: n.endpoint,
-            replay_endpoint: n.replayEndpoint,
-            model_name: 'm',
-            routing_group: group,
-            block_size: BS,
-          });
-          expect(r, base).toEqual({ status: 201, json: { status: 'ok' } });
-        }
-      }
+      await registerEverywhere([dynamo.url, ours.url], nodes, BS, ['default', 'g2']);
       await sleep(500);
       await run(nodes, 80);
-      const extra = tieredAndLora(nodes[2] as SimNode);
+      const extra = tieredAndLora(nodes[2] as SimNode, BS);
       await run(nodes, 20);
-      const ix = ours.registry.index('m', 'default');
-      await until(
-        () => nodes.every((n) => ix.subscription(n.id)?.stats().lastSeq === n.publisher.stats().lastSeq),
-        'kvplane caught up',
-      );
-      await untilAsync(
-        async () => canonical(await dumpCounts(dynamo.url)) === canonical(await dumpCounts(ours.url)),
-        'both hold the same blocks',
-      );
+      await settled(ours, nodes, [dynamo.url]);
       const queries = queriesFrom(nodes, 800, BS, 5);
       const requests: Json[] = [...queries.map((q) => ({ token_ids: [...q], model_name: 'm' }))];
       requests.push(
