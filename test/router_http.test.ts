@@ -446,6 +446,14 @@ describe('kvplane indexer: a kvplane node registered by URL', () => {
       '/register needs the node token (Authorization: Bearer <token>)',
     ]);
     expect((await post(ix.url, '/unregister', { instance_id: 1, model_name: 'm' })).status).toBe(401);
+    // Nor name the peers a restart loads its index from.
+    for (const route of ['/register_peer', '/deregister_peer'])
+      expect((await post(ix.url, route, { url: 'http://127.0.0.1:9' })).status).toBe(401);
+    expect(
+      (await post(ix.url, '/register_peer', { url: 'http://127.0.0.1:9' }, { authorization: `Bearer ${token}` }))
+        .status,
+    ).toBe(201);
+    expect(ix.peers.list()).toEqual(['http://127.0.0.1:9']);
     // By URL: its gRPC stream, snapshot first. By its ZMQ endpoint with its URL: the blocks
     // published before it joined come from the node's /kv_recover tree dump.
     const bearer = { authorization: `Bearer ${token}` };

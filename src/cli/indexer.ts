@@ -34,8 +34,8 @@ Flags:
   --state-file PATH       keep registrations and peers here; a restarted indexer follows them again
   --node-token-file PATH  file holding the bearer token of the kvplane nodes it follows (those
                           started with --auth-token-file): sent to their /healthz, /kv_recover
-                          and gRPC, and then needed on /register and /unregister (or set
-                          KVPLANE_NODE_TOKEN)
+                          and gRPC, and then needed on /register, /unregister and the peer
+                          routes (or set KVPLANE_NODE_TOKEN)
   --zmq-receive MODE      native (default): ZMQ publishers are read on a thread of kvplane's own,
                           in-order batches applied there; js: every message read with zeromq.js
   --duration SECONDS      stop after this long (default: until SIGINT/SIGTERM)

@@ -83,6 +83,9 @@ const ROUTES: Record<string, 'GET' | 'POST'> = {
   '/reopen_logs': 'POST',
 };
 
+/** The routes that need the node token when one is set: they change what the indexer reads. */
+const GUARDED = new Set(['/register', '/unregister', '/register_peer', '/deregister_peer']);
+
 /** What an `IndexerServer` tells as it follows its workers (each from one of its indexes). */
 export interface IndexerServerEvents {
   /** A worker's state was restored (`RouterIndexEvents.recovered`), with its index. */
@@ -218,11 +221,12 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       }
       if (route !== '/metrics') this.#metrics.request(route);
       // The node token is sent to the nodes a registration names: with one set, only a holder
-      // of it may register (else anyone reaching the indexer could name a URL and collect it).
+      // of it may register (else anyone reaching the indexer could name a URL and collect it),
+      // or name the peers a restart loads its index from.
       const nodeToken = this.#nodeToken;
       if (
         nodeToken !== undefined &&
-        (route === '/register' || route === '/unregister') &&
+        GUARDED.has(route) &&
         !bearerMatches(req.headers.authorization, nodeToken)
       ) {
         res.setHeader('www-authenticate', 'Bearer');
