@@ -854,6 +854,9 @@ impl Index {
               let edge = &mut self.edges[f as usize];
               // The rest of the event likely goes on this edge.
               edge.keys.reserve(s.block_hashes.len() - i);
+              if !r.contents.is_empty() {
+                edge.contents.reserve(s.block_hashes.len() - i);
+              }
               edge.push(key, tokens, r.contents.get(i).copied(), slot);
               let edges = &self.edges;
               self.by_first.get_or_insert_with(
