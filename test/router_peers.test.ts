@@ -271,6 +271,13 @@ describe.skipIf(!dynamoAvailable())(
       const after = await lines(ourLog, 2);
       expect(after.map((l) => l.path)).toEqual(['/reopen_logs', '/peers']);
       expect(readFileSync(`${ourLog}.1`, 'utf8').trim().split('\n').length).toBe(6);
+
+      // A log that cannot be written: requests are answered, the lines lost are counted.
+      const broken = await IndexerServer.create({ host: '127.0.0.1', port: 0, accessLog: join(dir, 'gone', 'x.log') });
+      cleanup.push(() => broken.close());
+      for (let i = 0; i < 3; i++) expect((await fetch(`${broken.url}/peers`)).status).toBe(200);
+      const metrics = await (await fetch(`${broken.url}/metrics`)).text();
+      expect(Number(/^kvplane_indexer_access_log_errors_total (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
     }, 60_000);
   },
 );

@@ -18,6 +18,8 @@ import type { Registry } from './registry.js';
 export function indexerMetrics(
   registry: Registry,
   into: MetricsOptions = {},
+  /** Lines the access log could not write, when there is one. */
+  accessLogErrors?: () => number,
 ): {
   prom: PromRegistry;
   request(route: string): void;
@@ -189,6 +191,17 @@ export function indexerMetrics(
       }
     },
   });
+  if (accessLogErrors) {
+    new Counter({
+      name: `${prefix}kvplane_indexer_access_log_errors_total`,
+      help: 'access log lines that could not be written (a full disk, a removed directory)',
+      registers: [prom],
+      collect() {
+        this.reset();
+        this.inc(accessLogErrors());
+      },
+    });
+  }
   families.push({
     name: `${prefix}kvplane_indexer_worker_recoveries_total`,
     help: 'recoveries by kind: resume (from the last seq), snapshot (rebuilt from the node), replay (gap filled from an engine), cleared (nothing to rebuild from)',

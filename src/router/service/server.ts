@@ -122,8 +122,9 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
     this.registry = registry;
     this.peers = peers;
     this.#nodeToken = opts.nodeToken;
-    this.#metrics = indexerMetrics(registry, opts.metrics);
-    this.#accessLog = opts.accessLog ? new AccessLog(opts.accessLog, opts.accessLogLocalTime) : null;
+    const accessLog = opts.accessLog ? new AccessLog(opts.accessLog, opts.accessLogLocalTime) : null;
+    this.#accessLog = accessLog;
+    this.#metrics = indexerMetrics(registry, opts.metrics, accessLog ? () => accessLog.errors : undefined);
     this.#traceIdHeader = (opts.traceIdHeader ?? 'x-trace-id').toLowerCase();
   }
 
