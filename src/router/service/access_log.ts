@@ -20,7 +20,7 @@ export class AccessLog {
   readonly #path: string;
   readonly #localTime: boolean;
   #out: WriteStream;
-  /** Write errors (a full disk, a removed directory): counted, never thrown at a request. */
+  /** Lines not written (a full disk, a removed directory): counted, never a request's error. */
   errors = 0;
 
   constructor(path: string, localTime = false) {
@@ -31,7 +31,9 @@ export class AccessLog {
 
   #open(): WriteStream {
     const out = createWriteStream(this.#path, { flags: 'a' });
-    out.on('error', () => this.errors++);
+    // Each line's loss is counted by its write's callback; the stream's error itself is not
+    // the process's (it would throw without a listener).
+    out.on('error', () => {});
     return out;
   }
 
@@ -45,7 +47,9 @@ export class AccessLog {
       status: e.status,
       duration_ms: e.durationMs,
     });
-    this.#out.write(`${line}\n`);
+    this.#out.write(`${line}\n`, (err) => {
+      if (err) this.errors++;
+    });
   }
 
   /** Opens the file again by its path; what was written before goes to the old one. */

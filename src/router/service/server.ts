@@ -225,11 +225,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       // of it may register (else anyone reaching the indexer could name a URL and collect it),
       // or name the peers a restart loads its index from.
       const nodeToken = this.#nodeToken;
-      if (
-        nodeToken !== undefined &&
-        GUARDED.has(route) &&
-        !bearerMatches(req.headers.authorization, nodeToken)
-      ) {
+      if (nodeToken !== undefined && GUARDED.has(route) && !bearerMatches(req.headers.authorization, nodeToken)) {
         res.setHeader('www-authenticate', 'Bearer');
         throw new HttpError(401, `${route} needs the node token (Authorization: Bearer <token>)`);
       }
