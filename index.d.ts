@@ -601,6 +601,12 @@ export interface RouterDumpSegmentOut {
   contentHashes: BigUint64Array
 }
 
+export interface RouterEventCountOut {
+  kind: string
+  outcome: string
+  count: number
+}
+
 /** Per worker holding the request's first block in some tier: parallel arrays, in blocks. */
 export interface RouterMatchesOut {
   workerIds: BigUint64Array
@@ -623,6 +629,8 @@ export interface RouterStatsOut {
   tiers: Array<RouterTierStatsOut>
   workers: Array<RouterWorkerStatsOut>
   drops: Array<DropCount>
+  /** Engine events applied, by kind (`stored`, `removed`, `cleared`) and outcome. */
+  events: Array<RouterEventCountOut>
 }
 
 export interface RouterTierStatsOut {

@@ -164,6 +164,20 @@ describe.skipIf(!dynamoAvailable())(
         'dynamo_kvindexer_listeners{status="active"}',
       ])
         expect([series, ourMetrics.value(series)]).toEqual([series, dynamoMetrics.value(series)]);
+      // The engine events both applied, by type and outcome: every series of Dynamo's, the same
+      // counts.
+      const applied = async (base: string) =>
+        [
+          ...(await (await fetch(`${base}/metrics`)).text()).matchAll(
+            /^dynamo_kvrouter_kv_cache_events_applied\{([^}]*)\} (\S+)$/gm,
+          ),
+        ]
+          .map(([, labels, v]) => `${labels} ${Number(v)}`)
+          .sort();
+      const [theirApplied, ourApplied] = await Promise.all([applied(dynamo.url), applied(ours.url)]);
+      expect(theirApplied.length).toBe(27);
+      expect(ourApplied).toEqual(theirApplied);
+      expect(ourApplied.find((l) => l.startsWith('event_type="stored",status="ok"'))).not.toMatch(/ 0$/);
     }, 180_000);
   },
 );

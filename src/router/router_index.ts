@@ -49,6 +49,12 @@ export interface RouterIndexStats {
   workers: Array<{ workerId: bigint; dpRank: number; tier: string; blocks: number; needsRecovery: boolean }>;
   /** Events not indexed, by reason (every drop is counted). */
   drops: Record<string, number>;
+  /**
+   * Engine events applied from the subscriptions' payloads, by kind (`stored`, `removed`,
+   * `cleared`) and outcome (`ok`, `parent_block_not_found`, `block_not_found`, `invalid_block`),
+   * as Dynamo's indexer counts them. Not the router's own clears, nor recoveries.
+   */
+  events: Array<{ kind: string; outcome: string; count: number }>;
   subscriptions: SubscriptionStats[];
 }
 
@@ -238,6 +244,7 @@ export class RouterIndex extends EventEmitter<RouterIndexEvents> {
       tiers: s.tiers,
       workers: s.workers,
       drops: Object.fromEntries(s.drops.map((d) => [d.reason, d.count])),
+      events: s.events,
       subscriptions: [...this.#subs.values()].map((x) => x.stats()),
     };
   }

@@ -77,6 +77,15 @@ pub struct RouterStatsOut {
   pub tiers: Vec<RouterTierStatsOut>,
   pub workers: Vec<RouterWorkerStatsOut>,
   pub drops: Vec<DropCount>,
+  /// Engine events applied, by kind (`stored`, `removed`, `cleared`) and outcome.
+  pub events: Vec<RouterEventCountOut>,
+}
+
+#[napi(object)]
+pub struct RouterEventCountOut {
+  pub kind: String,
+  pub outcome: String,
+  pub count: f64,
 }
 
 fn matches_out(a: QueryAnswer) -> RouterMatchesOut {
@@ -302,10 +311,21 @@ impl NativeRouterIndex {
           count: n as f64,
         });
       }
+      let events = self
+        .ix()
+        .outcomes()
+        .into_iter()
+        .map(|(k, o, n)| RouterEventCountOut {
+          kind: k.name().to_string(),
+          outcome: o.name().to_string(),
+          count: n as f64,
+        })
+        .collect();
       Ok(RouterStatsOut {
         tiers,
         workers,
         drops,
+        events,
       })
     })
   }

@@ -1,10 +1,27 @@
 import { Counter, Gauge, Histogram, type Registry as PromRegistry } from 'prom-client';
+import type { RouterIndexStats } from '../router_index.js';
 import type { Registry } from './registry.js';
 
 /**
  * Request latency buckets of Dynamo's indexer: 100 µs doubling twenty times (to 52.4 s).
  */
 const DURATION_BUCKETS = Array.from({ length: 20 }, (_, k) => 0.0001 * 2 ** k);
+
+/**
+ * The statuses Dynamo's indexer counts applied events under, every one written for every kind (as
+ * it does); kvplane's index has the first four.
+ */
+const EVENT_STATUSES = [
+  'ok',
+  'parent_block_not_found',
+  'block_not_found',
+  'invalid_block',
+  'allocation_failed',
+  'capacity_exhausted',
+  'indexer_invariant_violation',
+  'ownership_degree_overflow',
+  'unsupported_residency_domain',
+];
 
 /** A subscription's state as the listener status Dynamo's indexer counts. */
 const LISTENER_STATUS: Record<string, string> = {
@@ -16,7 +33,7 @@ const LISTENER_STATUS: Record<string, string> = {
 
 /**
  * The `dynamo_kvindexer_*` families of Dynamo's standalone indexer, with its names, labels and
- * buckets, beside kvplane's own: dashboards and alerts written for that indexer read this one
+ * buckets, and its `dynamo_kvrouter_kv_cache_events_applied`, beside kvplane's own: dashboards and alerts written for that indexer read this one
  * too (docs/protocol.md#router-side-kvplane-indexer). `answered` is called once per request to a
  * route, when its answer is sent.
  */
@@ -24,6 +41,8 @@ export function dynamoIndexerMetrics(
   registry: Registry,
   prom: PromRegistry,
   prefix: string,
+  /** Each index's stats, read once per scrape. */
+  indexStats: () => Array<[string, RouterIndexStats]>,
 ): { answered(route: string, method: string, status: number, seconds: number): void } {
   const name = (n: string) => `${prefix}dynamo_kvindexer_${n}`;
   const requests = new Counter({
@@ -75,6 +94,22 @@ export function dynamoIndexerMetrics(
         }
       }
       for (const [status, v] of Object.entries(n)) this.set({ status }, v);
+    },
+  });
+  new Counter({
+    name: `${prefix}dynamo_kvrouter_kv_cache_events_applied`,
+    help: 'engine KV cache events applied to the indexes, by event type and outcome',
+    labelNames: ['event_type', 'status'],
+    registers: [prom],
+    collect() {
+      this.reset();
+      const n = new Map<string, number>();
+      for (const [, st] of indexStats()) {
+        for (const e of st.events) n.set(`${e.kind} ${e.outcome}`, (n.get(`${e.kind} ${e.outcome}`) ?? 0) + e.count);
+      }
+      for (const kind of ['cleared', 'removed', 'stored']) {
+        for (const status of EVENT_STATUSES) this.inc({ event_type: kind, status }, n.get(`${kind} ${status}`) ?? 0);
+      }
     },
   });
   return {

@@ -43,7 +43,6 @@ export function indexerMetrics(
     labelNames: ['endpoint', 'status_class'],
     registers: [prom],
   });
-  const dynamo = dynamoIndexerMetrics(registry, prom, prefix);
   // Read once per scrape, not once per metric: a registry collects all its metrics in one tick.
   let snap: { subs: SubscriptionStats[]; indexes: Array<[string, RouterIndexStats]> } | null = null;
   const read = () => {
@@ -59,6 +58,7 @@ export function indexerMetrics(
     return snap;
   };
   const subs = () => read().subs;
+  const dynamo = dynamoIndexerMetrics(registry, prom, prefix, () => read().indexes);
   /** Per-worker families: one value per worker, or per worker and kind (`byKind`). */
   const families: Array<{
     name: string;

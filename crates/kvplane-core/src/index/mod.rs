@@ -264,6 +264,9 @@ pub struct Piecewise<'e> {
   pub(crate) tier_at: usize,
   /// Engine maps a clear is done with, freed with the `Piecewise`, outside the writer's lock.
   spent: Vec<LocMap>,
+  /// An engine's event whose outcome the router counts (`RouterIndex::outcomes`): the drops
+  /// that tell it, as they stood before its first piece (`None` until then).
+  pub(crate) counted: Option<Option<[u64; 3]>>,
 }
 
 /// A worker's clear applied a piece at a time: its engine ids, taken out of its map, gone through
@@ -294,7 +297,14 @@ impl<'e> Piecewise<'e> {
       clear_begun: false,
       tier_at: 0,
       spent: Vec::new(),
+      counted: None,
     }
+  }
+
+  /// An engine's event, its outcome counted by the router it is applied to.
+  pub fn counted(mut self) -> Piecewise<'e> {
+    self.counted = Some(None);
+    self
   }
 
   /// A clear done with: its map kept to be freed with the `Piecewise`, and the next clear begun

@@ -110,6 +110,57 @@ pub struct Restored {
   pub blocks: u64,
 }
 
+/// An engine event's kind, as Dynamo's indexer counts applied events (`event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+  Stored = 0,
+  Removed = 1,
+  Cleared = 2,
+}
+
+/// How an engine event was applied, as Dynamo's indexer counts it (`status`): the outcomes
+/// kvplane's index has (Dynamo's others, such as `allocation_failed`, never happen here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+  Ok = 0,
+  /// A stored event whose parent the worker does not hold (dropped).
+  ParentBlockNotFound = 1,
+  /// A removed event naming a block the worker does not hold.
+  BlockNotFound = 2,
+  /// A stored event whose tokens do not split into its blocks (the worker is cleared).
+  InvalidBlock = 3,
+}
+
+impl EventKind {
+  pub const ALL: [EventKind; 3] = [EventKind::Stored, EventKind::Removed, EventKind::Cleared];
+
+  pub const fn name(self) -> &'static str {
+    match self {
+      EventKind::Stored => "stored",
+      EventKind::Removed => "removed",
+      EventKind::Cleared => "cleared",
+    }
+  }
+}
+
+impl Outcome {
+  pub const ALL: [Outcome; 4] = [
+    Outcome::Ok,
+    Outcome::ParentBlockNotFound,
+    Outcome::BlockNotFound,
+    Outcome::InvalidBlock,
+  ];
+
+  pub const fn name(self) -> &'static str {
+    match self {
+      Outcome::Ok => "ok",
+      Outcome::ParentBlockNotFound => "parent_block_not_found",
+      Outcome::BlockNotFound => "block_not_found",
+      Outcome::InvalidBlock => "invalid_block",
+    }
+  }
+}
+
 pub struct RouterIndex {
   block_size: u32,
   tiers: [Index; 3],
@@ -117,6 +168,8 @@ pub struct RouterIndex {
   /// without it inherit it (empty when no salts are used).
   salts: HashMap<(WorkerKey, u64), u64>,
   drops: [u64; 3],
+  /// Engine events applied from payloads, by kind and outcome (`outcomes`).
+  outcomes: [[u64; 4]; 3],
 }
 
 impl RouterIndex {
@@ -137,6 +190,7 @@ impl RouterIndex {
       tiers: [Index::new(cfg), Index::new(cfg), Index::new(cfg)],
       salts: HashMap::new(),
       drops: [0; 3],
+      outcomes: [[0; 4]; 3],
     })
   }
 
@@ -166,7 +220,68 @@ impl RouterIndex {
   }
 
   fn apply_decoded(&mut self, worker_id: u64, rank: u32, decoded: codec::Decoded) -> Applied {
-    apply_each(decoded, worker_id, rank, |w, ev| self.apply(w, ev))
+    apply_each(decoded, worker_id, rank, |w, ev| {
+      let before = self.lost();
+      let r = self.apply(w, ev);
+      self.count_outcome(ev, before, r.is_err());
+      r
+    })
+  }
+
+  /// The drops that tell an event's outcome: unknown parents and unknown removed blocks, in
+  /// every tier, and the events the router does not index.
+  fn lost(&self) -> [u64; 3] {
+    let sum = |r| self.tiers.iter().map(|t| t.dropped(r)).sum();
+    [
+      sum(DropReason::UnknownParent),
+      sum(DropReason::UnknownRemoved),
+      self.drops.iter().sum(),
+    ]
+  }
+
+  /// Counts an engine event applied (`outcomes`), by what it dropped since `before`. One the
+  /// router does not index (another medium, block size or owner: counted in `drops`) is not,
+  /// nor one of a lower tier.
+  fn count_outcome(&mut self, ev: &KvEvent, before: [u64; 3], failed: bool) {
+    let after = self.lost();
+    if after[2] > before[2] {
+      return;
+    }
+    // Dynamo's indexer counts the device tier's events (its lower tiers apply theirs apart).
+    let medium = match ev {
+      KvEvent::Stored(s) => s.medium.as_deref(),
+      KvEvent::Removed(r) => r.medium.as_deref(),
+      _ => None,
+    };
+    if Tier::of_medium(medium) != Some(Tier::Device) {
+      return;
+    }
+    let (kind, outcome) = match ev {
+      KvEvent::Stored(_) if failed => (EventKind::Stored, Outcome::InvalidBlock),
+      KvEvent::Stored(_) if after[0] > before[0] => {
+        (EventKind::Stored, Outcome::ParentBlockNotFound)
+      }
+      KvEvent::Stored(_) => (EventKind::Stored, Outcome::Ok),
+      KvEvent::Removed(_) if after[1] > before[1] => (EventKind::Removed, Outcome::BlockNotFound),
+      KvEvent::Removed(_) => (EventKind::Removed, Outcome::Ok),
+      KvEvent::Cleared => (EventKind::Cleared, Outcome::Ok),
+      _ => return,
+    };
+    self.outcomes[kind as usize][outcome as usize] += 1;
+  }
+
+  /// Engine events of the device tier applied from payloads (not recoveries or clears of the
+  /// router's own), by kind and outcome, as Dynamo's indexer counts them
+  /// (`kv_cache_events_applied`).
+  pub fn outcomes(&self) -> Vec<(EventKind, Outcome, u64)> {
+    EventKind::ALL
+      .iter()
+      .flat_map(|&k| {
+        Outcome::ALL
+          .iter()
+          .map(move |&o| (k, o, self.outcomes[k as usize][o as usize]))
+      })
+      .collect()
   }
 
   /// Applies one event of worker `w`; `Err` only for a layout the index cannot hold (the worker
@@ -256,8 +371,22 @@ impl RouterIndex {
   }
 
   /// Applies the next piece of an event (`Piecewise`): as `apply` would, a piece at a time.
-  /// False once the event is all applied, or dropped.
+  /// False once the event is all applied, or dropped. An engine's event (`Piecewise::counted`)
+  /// is counted once it is.
   pub fn apply_piece(&mut self, p: &mut Piecewise<'_>) -> KvResult<bool> {
+    let Some(counted) = p.counted else {
+      return self.apply_piece_of(p);
+    };
+    let before = counted.unwrap_or_else(|| self.lost());
+    p.counted = Some(Some(before));
+    let r = self.apply_piece_of(p);
+    if !matches!(r, Ok(true)) {
+      self.count_outcome(p.ev, before, r.is_err());
+    }
+    r
+  }
+
+  fn apply_piece_of(&mut self, p: &mut Piecewise<'_>) -> KvResult<bool> {
     let w = p.w;
     match p.ev {
       KvEvent::Stored(s) => {
@@ -569,8 +698,16 @@ impl Shared<RouterIndex> {
   ) -> KvResult<Applied> {
     let decoded = codec::decode(bytes, dialect)?;
     Ok(apply_each(decoded, worker_id, rank, |w, ev| {
-      self.apply(w, ev)
+      self.apply_engine_event(w, ev)
     }))
+  }
+
+  /// `apply` for an engine's event: its outcome counted (`RouterIndex::outcomes`).
+  fn apply_engine_event(&self, w: WorkerKey, ev: &KvEvent) -> KvResult<()> {
+    let turn = self.turn();
+    let mut p = Piecewise::new(w, ev, PIECE_BLOCKS).counted();
+    while self.piece(&turn).apply_piece(&mut p)? {}
+    Ok(())
   }
 
   /// `apply_payload` for SMG's numbered `KvEventBatch`: applied only when its seq is `expected`
@@ -693,7 +830,7 @@ impl Shared<RouterIndex> {
     Ok(
       decoded
         .into_iter()
-        .map(|d| apply_each(d, worker_id, rank, |w, ev| self.apply(w, ev)).events)
+        .map(|d| apply_each(d, worker_id, rank, |w, ev| self.apply_engine_event(w, ev)).events)
         .sum(),
     )
   }

@@ -599,3 +599,60 @@ fn a_dump_listing_a_lower_tier_before_its_parents_tier_is_restored_whole() {
   );
   assert_eq!(scores(&r.query(&tokens, None, None)), vec![(1, 0, 2, 3, 4)]);
 }
+
+#[test]
+fn engine_events_are_counted_by_kind_and_outcome_as_dynamo_counts_them() {
+  let events = [
+    stored(&[1, 2], None, 0, "GPU"),
+    stored(&[3], Some(2), 8, "GPU"),
+    stored(&[5], Some(404), 12, "GPU"),
+    stored(&[6], None, 40, "SOMEWHERE"),
+    // A lower tier's: applied, not counted.
+    stored(&[7], Some(3), 12, "CPU"),
+    KvEvent::Removed(RemovedEvent {
+      block_hashes: vec![3],
+      ..Default::default()
+    }),
+    KvEvent::Removed(RemovedEvent {
+      block_hashes: vec![2, 77],
+      ..Default::default()
+    }),
+    KvEvent::Stored(StoredEvent {
+      block_hashes: vec![8],
+      token_ids: vec![1, 2, 3],
+      block_size: BS,
+      ..Default::default()
+    }),
+    KvEvent::Cleared,
+  ];
+  let payload = |ev: &KvEvent| encode_events(1, 0.0, &[EventRef::of(ev)], None, Format::Vllm);
+  let shared = Shared::new(RouterIndex::new(BS).unwrap());
+  let mut whole = RouterIndex::new(BS).unwrap();
+  for ev in &events {
+    shared
+      .apply_payload(1, 0, &payload(ev), Dialect::Vllm)
+      .unwrap();
+    whole
+      .apply_payload(1, 0, &payload(ev), Dialect::Vllm)
+      .unwrap();
+  }
+  // Not an engine's event: the router's own clear is not counted.
+  shared.clear_worker(1, None);
+  let counts = |ix: &RouterIndex| {
+    ix.outcomes()
+      .into_iter()
+      .filter(|&(_, _, n)| n > 0)
+      .map(|(k, o, n)| (k.name(), o.name(), n))
+      .collect::<Vec<_>>()
+  };
+  let want = vec![
+    ("stored", "ok", 2),
+    ("stored", "parent_block_not_found", 1),
+    ("stored", "invalid_block", 1),
+    ("removed", "ok", 1),
+    ("removed", "block_not_found", 1),
+    ("cleared", "ok", 1),
+  ];
+  assert_eq!(counts(&shared.read()), want);
+  assert_eq!(counts(&whole), want);
+}
