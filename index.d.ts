@@ -152,7 +152,8 @@ export declare class NativeRouterIndex {
    * unknown is counted as a drop.
    */
   restore(dump: NativeDumpedIndex, skip?: BigUint64Array | undefined | null): RestoredOut
-  constructor(blockSize: number)
+  /** `keep_content_hashes`: each block's own content hash is kept (8 bytes a block), for dumps. */
+  constructor(blockSize: number, keepContentHashes?: boolean | undefined | null)
   get blockSize(): number
   /**
    * Decodes a payload of `dialect` and applies it to worker `worker_id`, under each batch's own
@@ -597,8 +598,10 @@ export interface RouterDumpSegmentOut {
   dpRank: number
   parent?: bigint
   blockHashes: BigUint64Array
-  /** Each block's own content hash (Dynamo's `tokens_hash`). */
+  /** Each block's own content hash (Dynamo's `tokens_hash`): when the index keeps them. */
   contentHashes: BigUint64Array
+  /** Each block's key. */
+  keys: BigUint64Array
 }
 
 export interface RouterEventCountOut {

@@ -10,7 +10,8 @@
 //   - /query: p50 / p99 of 8k-token requests (HTTP, sequential, keep-alive), the same requests to
 //     both, and a check that both give the same answers.
 //
-//   - with --peers: a start from a peer (Dynamo's P2P recovery), once the load is in: each
+//   - with --peers (kvplane's indexer then keeps content hashes, --dump-tokens-hash, which
+//     its memory figure includes): a start from a peer (Dynamo's P2P recovery), once the load is in: each
 //     indexer's /dump (bytes, seconds), then a new indexer of each kind started with each as its
 //     peer, timed from its spawn until it answers /health (both load the dump before they
 //     serve), and its answers to the first 50 queries checked against its peer's.
@@ -115,6 +116,8 @@ const kvplane = spawn(
     String(kPort),
     '--zmq-receive',
     ZMQ_RECEIVE,
+    // A Dynamo indexer starts from its dump only with each block's tokens_hash in it.
+    ...(PEERS ? ['--dump-tokens-hash'] : []),
   ],
   {
     stdio: ['ignore', 'ignore', 'inherit'],

@@ -36,10 +36,17 @@ describe('readIndexerDump and RouterIndex.restore', () => {
     expect(ix.restore(d as NonNullable<typeof d>)).toEqual({ segments: 2, blocks: 2 });
     expect(d?.segments).toBe(0);
     expect(ix.restore(d as NonNullable<typeof d>)).toEqual({ segments: 0, blocks: 0 });
+    // Its dump: each block's key (the content hashes chained), and no content hashes (not kept).
     const segs = ix.dump();
     expect(segs.map((s) => [s.workerId, s.parent, [...s.blockHashes], [...s.contentHashes]])).toEqual([
-      [3n, null, [1n, 2n], [11n, 12n]],
+      [3n, null, [1n, 2n], []],
     ]);
+    expect(segs[0]?.keys[0]).toBe(11n);
+    expect(segs[0]?.keys.length).toBe(2);
+    // Kept: the dump carries them.
+    const keeping = new RouterIndex({ blockSize: 16, contentHashes: true });
+    keeping.restore(readIndexerDump(dump(16))[0] as NonNullable<typeof d>);
+    expect(keeping.dump().map((s) => [...s.contentHashes])).toEqual([[11n, 12n]]);
     const m = ix.findMatchesByHash(BigUint64Array.of(11n, 12n, 13n));
     expect([[...m.workerIds], [...m.device]]).toEqual([[3n], [2]]);
     // A worker left out.

@@ -49,7 +49,8 @@ describe.skipIf(!dynamoAvailable())(
       cleanup.push(() => Promise.all(nodes.map((n) => n.publisher.close())));
       const dynamo = await startDynamoIndexer(1);
       cleanup.push(() => dynamo.stop());
-      const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
+      // Its /dump with each block's tokens_hash, which Dynamo needs.
+      const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0, dumpTokensHash: true });
       cleanup.push(() => ours.close());
       await registerEverywhere([dynamo.url, ours.url], nodes, BS, ['default', 'g2']);
       await sleep(500);
@@ -137,6 +138,13 @@ describe.skipIf(!dynamoAvailable())(
         expect(await held(replica.url)).toEqual(await held(ours.url));
         expect((await differences(replica.url, ours.url, live)).slice(0, 2)).toEqual([]);
       }
+      // Without --dump-tokens-hash (the replicas), /dump carries kvplane's keys alone: Dynamo
+      // cannot start from it, and says so.
+      const blocks = (await (await fetch(`${idle.url}/dump`)).json())['m:default'].events[0].event.data.stored.blocks;
+      expect(Object.keys(blocks[0]).sort()).toEqual(['block_hash', 'kvplane_key', 'mm_extra_info']);
+      const refused = await startDynamoIndexer(1, ['--peers', idle.url]);
+      cleanup.push(() => refused.stop());
+      await until(() => /failed to parse dump response/.test(refused.log()), 'Dynamo refused the dump');
     }, 180_000);
 
     it('keeps a list of peers as Dynamo does, saved with the registrations; refuses what is not a URL', async () => {

@@ -26,6 +26,8 @@ Flags:
   --peers LIST            peer indexers following the same workers ("http://host:8090,..."),
                           kvplane's or Dynamo's: before serving, the indexer loads the /dump of
                           the first that answers (1 s after following --workers)
+  --dump-tokens-hash      /dump writes each block's tokens_hash, so that Dynamo indexers can start
+                          from it (--peers): costs 8 bytes a block (kvplane peers need nothing)
   --access-log PATH       append a JSON line per answered request (POST /reopen_logs reopens it)
   --access-log-local-time the access log's times in the local time zone (default UTC)
   --trace-id-header NAME  the header the access log writes as trace_id (default x-trace-id)
@@ -97,6 +99,7 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     'peers',
     'access-log',
     'access-log-local-time',
+    'dump-tokens-hash',
     'trace-id-header',
     'threads',
   ];
@@ -122,12 +125,13 @@ export function parseIndexerArgs(argv: string[]): IndexerConfig {
     peers: peerList(v.peers ?? ''),
     accessLog: v['access-log'],
     accessLogLocalTime: v['access-log-local-time'] === 'true',
+    dumpTokensHash: v['dump-tokens-hash'] === 'true',
     traceIdHeader: traceHeader(v['trace-id-header']),
   };
 }
 
 /** Flags that take no value. */
-const SWITCHES = ['access-log-local-time'];
+const SWITCHES = ['access-log-local-time', 'dump-tokens-hash'];
 
 /** `--peers "url,url"`: each an http(s) URL. */
 function peerList(list: string): string[] {

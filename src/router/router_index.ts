@@ -24,6 +24,12 @@ export interface RouterIndexOptions {
    * message with zeromq.js.
    */
   zmqReceive?: 'native' | 'js';
+  /**
+   * Keep each block's own content hash (8 bytes a block): dumps then carry it (`contentHashes`,
+   * Dynamo's `tokens_hash`), which Dynamo's indexer needs to start from this one's dump. Default
+   * false: dumps carry each block's key, which another kvplane index starts from.
+   */
+  contentHashes?: boolean;
 }
 
 /** Where a worker's events come from. */
@@ -32,8 +38,9 @@ export type WorkerSource =
   | ({ kind: 'zmq' } & Omit<ZmqSubscriptionOptions, 'workerId' | 'onWarning' | 'wholeWorker'>);
 
 /**
- * One dumped chain segment of a worker's blocks in one tier: the engine's block hashes, and each
- * block's own content hash (Dynamo's `tokens_hash`).
+ * One dumped chain segment of a worker's blocks in one tier: the engine's block hashes, each
+ * block's key, and each block's own content hash (Dynamo's `tokens_hash`) when the index keeps
+ * them (`contentHashes` option; else empty).
  */
 export interface RouterDumpSegment {
   tier: 'device' | 'host' | 'disk';
@@ -42,6 +49,7 @@ export interface RouterDumpSegment {
   parent: bigint | null;
   blockHashes: BigUint64Array;
   contentHashes: BigUint64Array;
+  keys: BigUint64Array;
 }
 
 export interface RouterIndexStats {
@@ -85,7 +93,7 @@ export class RouterIndex extends EventEmitter<RouterIndexEvents> {
     super();
     const bs = opts.blockSize;
     if (!Number.isInteger(bs) || bs < 1) invalidArg(`blockSize is ${bs}: a positive integer`);
-    this.#native = callNative(() => new native.NativeRouterIndex(bs));
+    this.#native = callNative(() => new native.NativeRouterIndex(bs, opts.contentHashes ?? false));
     this.blockSize = bs;
     this.#onWarning = (msg, detail) => {
       opts.onWarning?.(msg, detail);

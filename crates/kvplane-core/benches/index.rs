@@ -125,6 +125,7 @@ fn churn_store(index: &mut Index, k: u64, hbuf: &mut [u64; 16], tbuf: &mut [u32;
     token_ids: tbuf,
     block_size: BS as u32,
     content_hashes: &[],
+    keys: &[],
   };
   index.store_blocks(churn_worker(k), blocks).unwrap();
 }

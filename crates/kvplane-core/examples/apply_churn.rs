@@ -56,6 +56,7 @@ fn main() {
       token_ids: tbuf,
       block_size: 16,
       content_hashes: &[],
+      keys: &[],
     };
     index.store_blocks(worker(k), blocks).unwrap();
   };

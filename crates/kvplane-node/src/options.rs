@@ -51,6 +51,7 @@ impl TryFrom<&NativeIndexerOptions> for LocalIndexerConfig {
         key_by,
         retain_tokens: o.retain_tokens.unwrap_or(true),
         retain_contents: false,
+        dump_keys: false,
       },
       worker_id: u64_of("workerId", &o.worker_id)?.unwrap_or(0),
       stream: StreamConfig {

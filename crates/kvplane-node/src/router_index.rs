@@ -51,8 +51,10 @@ pub struct RouterDumpSegmentOut {
   pub dp_rank: u32,
   pub parent: Option<BigInt>,
   pub block_hashes: BigUint64Array,
-  /// Each block's own content hash (Dynamo's `tokens_hash`).
+  /// Each block's own content hash (Dynamo's `tokens_hash`): when the index keeps them.
   pub content_hashes: BigUint64Array,
+  /// Each block's key.
+  pub keys: BigUint64Array,
 }
 
 #[napi(object)]
@@ -119,11 +121,15 @@ impl NativeRouterIndex {
 
 #[napi]
 impl NativeRouterIndex {
+  /// `keep_content_hashes`: each block's own content hash is kept (8 bytes a block), for dumps.
   #[napi(constructor)]
-  pub fn new(block_size: u32) -> Result<Self, Code> {
+  pub fn new(block_size: u32, keep_content_hashes: Option<bool>) -> Result<Self, Code> {
     guard_js(|| {
+      let keep = keep_content_hashes.unwrap_or(false);
       Ok(NativeRouterIndex {
-        inner: Arc::new(Shared::new(RouterIndex::new(block_size)?)),
+        inner: Arc::new(Shared::new(RouterIndex::with_content_hashes(
+          block_size, keep,
+        )?)),
       })
     })
   }
@@ -263,6 +269,7 @@ impl NativeRouterIndex {
             parent: s.parent.map(BigInt::from),
             block_hashes: BigUint64Array::new(s.block_hashes),
             content_hashes: BigUint64Array::new(s.content_hashes),
+            keys: BigUint64Array::new(s.keys),
           })
           .collect(),
       )

@@ -67,6 +67,8 @@ export class Registry {
   onIndex: ((ix: RouterIndex, modelName: string, routingGroup: string) => void) | null = null;
 
   readonly #zmqReceive: 'native' | 'js' | undefined;
+  /** Indexes keep their blocks' content hashes (`RouterIndexOptions.contentHashes`). */
+  readonly #contentHashes: boolean;
   /**
    * While a start from a peer is under way (`holdForPeer`): the subscriptions made meanwhile that
    * hold what arrives until `endPeerHold`, with their index's name.
@@ -76,9 +78,20 @@ export class Registry {
   constructor(
     onWarning?: (msg: string, detail: Record<string, unknown>) => void,
     zmqReceive?: RouterIndexOptions['zmqReceive'],
+    contentHashes = false,
   ) {
     this.#onWarning = onWarning;
     this.#zmqReceive = zmqReceive;
+    this.#contentHashes = contentHashes;
+  }
+
+  #newIndex(blockSize: number): RouterIndex {
+    return new RouterIndex({
+      blockSize,
+      onWarning: this.#onWarning,
+      zmqReceive: this.#zmqReceive,
+      contentHashes: this.#contentHashes,
+    });
   }
 
   static #name(model: string, group: string): string {
@@ -110,7 +123,7 @@ export class Registry {
     const routingGroup = name.slice(at + 1);
     let ix: RouterIndex;
     try {
-      ix = new RouterIndex({ blockSize, onWarning: this.#onWarning, zmqReceive: this.#zmqReceive });
+      ix = this.#newIndex(blockSize);
     } catch (err) {
       return (err as Error).message;
     }
@@ -192,10 +205,7 @@ export class Registry {
     if (!ix) {
       if (r.blockSize < 1) throw new HttpError(400, 'block_size must be at least 1');
       // A block size the index does not take (over 1,048,576) is the request's error.
-      ix = badInputAs(
-        400,
-        () => new RouterIndex({ blockSize: r.blockSize, onWarning: this.#onWarning, zmqReceive: this.#zmqReceive }),
-      );
+      ix = badInputAs(400, () => this.#newIndex(r.blockSize));
       this.onIndex?.(ix, r.modelName, r.routingGroup);
       this.#indexes.set(name, { modelName: r.modelName, routingGroup: r.routingGroup, ix });
     }

@@ -62,6 +62,12 @@ export interface IndexerServerOptions {
   accessLogLocalTime?: boolean;
   /** The request header whose value the access log writes as `trace_id` (default `x-trace-id`). */
   traceIdHeader?: string;
+  /**
+   * `/dump` writes each block's `tokens_hash`, which a Dynamo indexer needs to start from it:
+   * the indexes keep each block's own content hash (8 bytes a block). Default false: `/dump`
+   * writes each block's `kvplane_key`, which a kvplane indexer starts from.
+   */
+  dumpTokensHash?: boolean;
 }
 
 /** Body limits: `/query` and `/query_by_hash` take 8 MiB (long prompts), the rest 2 MB. */
@@ -133,7 +139,7 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   }
 
   static async #create(opts: IndexerServerOptions): Promise<IndexerServer> {
-    const registry = new Registry(opts.onWarning, opts.zmqReceive);
+    const registry = new Registry(opts.onWarning, opts.zmqReceive, opts.dumpTokensHash ?? false);
     const server = createServer();
     const saved = opts.stateFile ? loadState(opts.stateFile) : { registrations: [], peers: [] };
     const peers = new Peers();
@@ -440,10 +446,13 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       let blocks = 0;
       let first = true;
       for (const seg of ix.dump()) {
+        // Dynamo's `tokens_hash` when the index keeps content hashes; kvplane's own key always.
+        const hashed = seg.contentHashes.length === seg.blockHashes.length;
         const stored = [...seg.blockHashes].map((h, i) => ({
           block_hash: h,
-          tokens_hash: seg.contentHashes[i] as bigint,
+          ...(hashed ? { tokens_hash: seg.contentHashes[i] as bigint } : {}),
           mm_extra_info: null,
+          kvplane_key: seg.keys[i] as bigint,
         }));
         const event = {
           worker_id: seg.workerId,

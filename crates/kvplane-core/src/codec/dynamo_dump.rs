@@ -3,8 +3,10 @@
 //! `model_name:routing_group`, `{"block_size": u32, "events": [RouterEvent]}`, each event
 //! `{"worker_id": u64, "storage_tier"?: "device" | "host_pinned" | "disk", "event": {"dp_rank"?:
 //! u32, "data": {"stored": {"parent_hash": u64 | null, "blocks": [{"block_hash": u64,
-//! "tokens_hash": u64}]}}}}`. Fields not named here are ignored; so are events other than stored
-//! ones (a dump holds none) and stored ones of a tier kvplane does not index: both counted.
+//! "tokens_hash"?: u64, "kvplane_key"?: u64}]}}}}`: every block of an event with a `tokens_hash`
+//! (Dynamo's, and kvplane's when it keeps content hashes), a `kvplane_key` (kvplane's), or both. Fields not named
+//! here are ignored; so are events other than stored ones (a dump holds none), stored ones of a
+//! tier kvplane does not index, and ones whose blocks have neither: all counted.
 
 use crate::error::{ErrorCode, KvError, KvResult};
 use crate::index::WorkerKey;
@@ -64,7 +66,12 @@ struct StoredJson {
 #[derive(Deserialize)]
 struct BlockJson {
   block_hash: u64,
-  tokens_hash: u64,
+  #[serde(default)]
+  tokens_hash: Option<u64>,
+  /// kvplane's (`kvplane_key`): the block's key (its content hashes chained), so that kvplane
+  /// indexers that keep no content hashes are peers of each other.
+  #[serde(default, rename = "kvplane_key")]
+  key: Option<u64>,
 }
 
 /// Malformed JSON, or a field of the wrong type, is `ERR_DECODE` naming where.
@@ -82,16 +89,32 @@ pub fn parse_dynamo_dump(body: &[u8]) -> KvResult<Vec<DumpedIndex>> {
           .filter_map(|ev| {
             let tier = tier_of(ev.storage_tier.as_deref());
             match (ev.event.data, tier) {
-              (DataJson::Stored(s), Some(tier)) => Some(DumpSegment {
-                tier,
-                worker: WorkerKey {
-                  worker_id: ev.worker_id,
-                  dp_rank: ev.event.dp_rank,
-                },
-                parent: s.parent_hash,
-                block_hashes: s.blocks.iter().map(|b| b.block_hash).collect(),
-                content_hashes: s.blocks.iter().map(|b| b.tokens_hash).collect(),
-              }),
+              (DataJson::Stored(s), Some(tier)) => {
+                let every = |f: fn(&BlockJson) -> Option<u64>| -> Vec<u64> {
+                  s.blocks
+                    .iter()
+                    .map(f)
+                    .collect::<Option<_>>()
+                    .unwrap_or_default()
+                };
+                let content_hashes = every(|b| b.tokens_hash);
+                let keys = every(|b| b.key);
+                if !s.blocks.is_empty() && content_hashes.is_empty() && keys.is_empty() {
+                  skipped += 1;
+                  return None;
+                }
+                Some(DumpSegment {
+                  tier,
+                  worker: WorkerKey {
+                    worker_id: ev.worker_id,
+                    dp_rank: ev.event.dp_rank,
+                  },
+                  parent: s.parent_hash,
+                  block_hashes: s.blocks.iter().map(|b| b.block_hash).collect(),
+                  content_hashes,
+                  keys,
+                })
+              }
               _ => {
                 skipped += 1;
                 None
@@ -125,13 +148,15 @@ mod tests {
   use super::*;
 
   #[test]
-  fn reads_a_dump_as_dynamo_writes_it() {
+  fn reads_a_dump_as_dynamo_and_kvplane_write_it() {
     let body = br#"{"m:default":{"block_size":16,"events":[
       {"worker_id":2,"storage_tier":"device","residency_domain":"worker","event":{"event_id":0,
        "data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[
          {"block_hash":18446744073709551615,"tokens_hash":4557790146463734695,"mm_extra_info":null}]}},"dp_rank":1}},
       {"worker_id":2,"storage_tier":"host_pinned","event":{"event_id":1,
-       "data":{"stored":{"parent_hash":18446744073709551615,"blocks":[{"block_hash":7,"tokens_hash":8}]}}}},
+       "data":{"stored":{"parent_hash":18446744073709551615,"blocks":[{"block_hash":7,"tokens_hash":8,"kvplane_key":9}]}}}},
+      {"worker_id":2,"event":{"data":{"stored":{"parent_hash":7,"blocks":[{"block_hash":10,"kvplane_key":11}]}}}},
+      {"worker_id":2,"event":{"data":{"stored":{"blocks":[{"block_hash":12,"kvplane_key":13},{"block_hash":14}]}}}},
       {"worker_id":3,"storage_tier":"external","event":{"data":{"stored":{"blocks":[{"block_hash":1,"tokens_hash":2}]}}}},
       {"worker_id":3,"event":{"data":"cleared"}}]},
       "n:g":{"block_size":32,"events":[]}}"#;
@@ -139,30 +164,38 @@ mod tests {
     assert_eq!(d.len(), 2);
     assert_eq!(
       (d[0].name.as_str(), d[0].block_size, d[0].skipped),
-      ("m:default", 16, 2)
+      ("m:default", 16, 3)
     );
+    let w = |dp_rank| WorkerKey {
+      worker_id: 2,
+      dp_rank,
+    };
     assert_eq!(
       d[0].segments,
       vec![
         DumpSegment {
           tier: Tier::Device,
-          worker: WorkerKey {
-            worker_id: 2,
-            dp_rank: 1
-          },
+          worker: w(1),
           parent: None,
           block_hashes: vec![u64::MAX],
           content_hashes: vec![4557790146463734695],
+          keys: vec![],
         },
         DumpSegment {
           tier: Tier::Host,
-          worker: WorkerKey {
-            worker_id: 2,
-            dp_rank: 0
-          },
+          worker: w(0),
           parent: Some(u64::MAX),
           block_hashes: vec![7],
           content_hashes: vec![8],
+          keys: vec![9],
+        },
+        DumpSegment {
+          tier: Tier::Device,
+          worker: w(0),
+          parent: Some(7),
+          block_hashes: vec![10],
+          content_hashes: vec![],
+          keys: vec![11],
         },
       ]
     );
@@ -178,7 +211,7 @@ mod tests {
       &b"[]"[..],
       b"{\"m:default\":{\"events\":[]}}",
       b"{\"m:default\":{\"block_size\":16,\"events\":[{\"worker_id\":-1,\"event\":{\"data\":\"cleared\"}}]}}",
-      b"{\"m:default\":{\"block_size\":16,\"events\":[{\"worker_id\":1,\"event\":{\"data\":{\"stored\":{\"blocks\":[{\"block_hash\":1}]}}}}]}}",
+      b"{\"m:default\":{\"block_size\":16,\"events\":[{\"worker_id\":1,\"event\":{\"data\":{\"stored\":{\"blocks\":[{\"tokens_hash\":1}]}}}}]}}",
       b"{\"m:default\":{\"block_size\":16,\"events\":[]}",
     ] {
       let e = parse_dynamo_dump(body).unwrap_err();

@@ -19,6 +19,8 @@ pub struct WorkerDump {
   pub events: Vec<DumpEvent>,
   /// Each event's blocks' content hashes, when the index retains them (else empty).
   pub contents: Vec<Vec<u64>>,
+  /// Each event's blocks' keys, when the index dumps them (`IndexConfig::dump_keys`; else empty).
+  pub keys: Vec<Vec<u64>>,
 }
 
 impl Index {
@@ -69,9 +71,11 @@ impl Index {
         .collect();
       let mut events = Vec::new();
       let mut contents = Vec::new();
+      let mut keys = Vec::new();
       let retained = self.cfg.retain_contents;
       while let Some((start, parent_hash)) = stack.pop() {
         let mut content = Vec::new();
+        let mut key = Vec::new();
         let mut ev = StoredEvent {
           parent_block_hash: parent_hash,
           block_size: self.tokens_of(start).len() as u32,
@@ -84,6 +88,9 @@ impl Index {
           ev.token_ids.extend_from_slice(self.tokens_of(p));
           if let Some(&c) = self.edges[p.0 as usize].contents.get(p.1 as usize) {
             content.push(c);
+          }
+          if self.cfg.dump_keys {
+            key.push(self.key_at(p));
           }
           // This block's children in the worker's tree, by key.
           children.clear();
@@ -109,9 +116,17 @@ impl Index {
           stack.extend(children.iter().rev().map(|&c| (c, Some(here))));
           break;
         }
+        // Blocks stored from a dump without content hashes have none: then the event has none.
         if retained {
-          debug_assert_eq!(content.len(), ev.block_hashes.len());
-          contents.push(content);
+          let known = !content.contains(&super::UNKNOWN_CONTENT);
+          contents.push(if known && content.len() == ev.block_hashes.len() {
+            content
+          } else {
+            Vec::new()
+          });
+        }
+        if self.cfg.dump_keys {
+          keys.push(key);
         }
         events.push(ev);
       }
@@ -119,6 +134,7 @@ impl Index {
         worker: w.key,
         events,
         contents,
+        keys,
       });
     }
     out

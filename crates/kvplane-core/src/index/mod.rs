@@ -57,6 +57,9 @@ impl KeyBy {
   }
 }
 
+/// A retained content hash that is not known (a block stored by its key alone).
+pub(crate) const UNKNOWN_CONTENT: u64 = 0;
+
 #[derive(Debug, Clone, Copy)]
 pub struct IndexConfig {
   pub key_by: KeyBy,
@@ -65,6 +68,9 @@ pub struct IndexConfig {
   /// Keep each block's own content hash (8 bytes a block, not a membership), for tree dumps that
   /// carry it in place of the tokens (Dynamo's `tokens_hash`). Content keys only.
   pub retain_contents: bool,
+  /// Tree dumps carry each block's key (`WorkerDump::keys`): another index of the same keying
+  /// stores them as they are.
+  pub dump_keys: bool,
 }
 
 impl Default for IndexConfig {
@@ -73,6 +79,7 @@ impl Default for IndexConfig {
       key_by: KeyBy::Content,
       retain_tokens: true,
       retain_contents: false,
+      dump_keys: false,
     }
   }
 }
@@ -178,6 +185,9 @@ pub struct StoredBlocks<'a> {
   /// Each block's content hash, given in place of its tokens (a dump that carries them): empty
   /// when the tokens are hashed.
   pub content_hashes: &'a [u64],
+  /// Each block's key, given (a dump of an index keyed the same way): stored as it is, neither
+  /// hashed nor chained. Empty otherwise.
+  pub keys: &'a [u64],
 }
 
 impl<'a> StoredBlocks<'a> {
@@ -188,6 +198,7 @@ impl<'a> StoredBlocks<'a> {
       token_ids: &s.token_ids,
       block_size: s.block_size,
       content_hashes: &[],
+      keys: &[],
     }
   }
 }
@@ -676,11 +687,13 @@ impl Index {
     parent_elsewhere: impl FnOnce(u64) -> Option<u64>,
   ) -> KvResult<Option<StoreResume>> {
     self.begin(slot);
-    let given = !s.content_hashes.is_empty();
-    let layout = if given && s.content_hashes.len() != s.block_hashes.len() {
+    let given = !s.content_hashes.is_empty() || !s.keys.is_empty();
+    let miscounted = |n: usize| n != 0 && n != s.block_hashes.len();
+    let layout = if miscounted(s.content_hashes.len()) || miscounted(s.keys.len()) {
       Err(KvError::invalid_arg(format!(
-        "{} content hashes for {} blocks",
+        "{} content hashes and {} keys for {} blocks",
         s.content_hashes.len(),
+        s.keys.len(),
         s.block_hashes.len()
       )))
     } else {
@@ -723,6 +736,14 @@ impl Index {
     let mut chain = prev_key;
     for (i, &eh) in s.block_hashes.iter().enumerate() {
       let key = match self.cfg.key_by {
+        _ if !s.keys.is_empty() => {
+          if retain {
+            // Every block of an edge has a content hash while retained, so they stay at their
+            // blocks' offsets: 0 where the dump gave none (`UNKNOWN_CONTENT`).
+            contents.push(s.content_hashes.get(i).copied().unwrap_or(UNKNOWN_CONTENT));
+          }
+          s.keys[i]
+        }
         KeyBy::Engine => eh,
         KeyBy::Content => {
           let c = match s.content_hashes.get(i) {

@@ -144,6 +144,7 @@ impl LocalIndexer {
             token_ids: s.token_ids,
             block_size: s.block_size(),
             content_hashes: &[],
+            keys: &[],
           },
         ),
         EventRef::Removed(r) => {

@@ -99,8 +99,10 @@ pub struct DumpSegment {
   pub parent: Option<u64>,
   pub block_hashes: Vec<u64>,
   /// Each block's own content hash (Dynamo's `tokens_hash`), which its key chains onto its
-  /// parent's.
+  /// parent's: when the index keeps them (`RouterIndex::with_content_hashes`), else empty.
   pub content_hashes: Vec<u64>,
+  /// Each block's key (empty in a dump read from Dynamo's indexer, which has none).
+  pub keys: Vec<u64>,
 }
 
 /// What restoring a peer's dump did (`Shared::<RouterIndex>::restore`).
@@ -174,6 +176,12 @@ pub struct RouterIndex {
 
 impl RouterIndex {
   pub fn new(block_size: u32) -> KvResult<RouterIndex> {
+    RouterIndex::with_content_hashes(block_size, false)
+  }
+
+  /// `new`, keeping each block's own content hash when `keep` (8 bytes a block): what a dump
+  /// needs for Dynamo's `tokens_hash`.
+  pub fn with_content_hashes(block_size: u32, keep: bool) -> KvResult<RouterIndex> {
     if block_size == 0 || block_size as usize > crate::hash::MAX_BLOCK_SIZE {
       return Err(KvError::invalid_arg(format!(
         "blockSize is {block_size}: an integer in 1..={}",
@@ -182,7 +190,8 @@ impl RouterIndex {
     }
     let cfg = IndexConfig {
       retain_tokens: false,
-      retain_contents: true,
+      retain_contents: keep,
+      dump_keys: true,
       ..IndexConfig::default()
     };
     Ok(RouterIndex {
@@ -497,6 +506,7 @@ impl RouterIndex {
           continue;
         }
         let mut contents = wd.contents.into_iter();
+        let mut keys = wd.keys.into_iter();
         for ev in wd.events {
           out.push(DumpSegment {
             tier: t,
@@ -504,6 +514,7 @@ impl RouterIndex {
             parent: ev.parent_block_hash,
             block_hashes: ev.block_hashes,
             content_hashes: contents.next().unwrap_or_default(),
+            keys: keys.next().unwrap_or_default(),
           });
         }
       }
@@ -521,8 +532,9 @@ impl RouterIndex {
     })
   }
 
-  /// Stores blocks `blocks` of a dumped segment (a peer's `/dump`) under `parent`, keyed by
-  /// their content hashes; false when they were not stored (their parent unknown: counted).
+  /// Stores blocks `blocks` of a dumped segment (a peer's `/dump`) under `parent`: by their keys
+  /// when it has them, else by their content hashes chained as tokens' are; false when they were
+  /// not stored (their parent unknown: counted).
   fn restore_blocks(
     &mut self,
     seg: &DumpSegment,
@@ -534,7 +546,8 @@ impl RouterIndex {
       parent_block_hash: parent,
       token_ids: &[],
       block_size: self.block_size,
-      content_hashes: &seg.content_hashes[blocks],
+      content_hashes: seg.content_hashes.get(blocks.clone()).unwrap_or(&[]),
+      keys: seg.keys.get(blocks).unwrap_or(&[]),
     };
     let (here, elsewhere) = split_tier(&mut self.tiers, seg.tier as usize, seg.worker);
     let before = here.dropped(DropReason::UnknownParent);
@@ -755,14 +768,20 @@ impl Shared<RouterIndex> {
   /// turn, `PIECE_BLOCKS` blocks per write lock. A segment whose parent is not stored yet waits
   /// for the others (a dump may list a tier's blocks before those of the tier their parents are
   /// in); one whose parent never comes is stored last, and dropped as an unknown parent
-  /// (counted). A segment whose content hashes do not match its blocks in number is left out,
-  /// as are those of the workers in `skip` (they load their state from their own source).
+  /// (counted). A segment with neither keys nor content hashes for each of its blocks is left
+  /// out, as are those of the workers in `skip` (they load their state from their own source).
   pub fn restore(&self, segments: &[DumpSegment], skip: &[u64]) -> Restored {
     let turn = self.turn();
     let mut out = Restored::default();
     let mut pending: Vec<&DumpSegment> = segments
       .iter()
-      .filter(|s| s.content_hashes.len() == s.block_hashes.len())
+      .filter(|s| {
+        let n = s.block_hashes.len();
+        (s.keys.len() == n || s.content_hashes.len() == n)
+          && [s.keys.len(), s.content_hashes.len()]
+            .iter()
+            .all(|&m| m == 0 || m == n)
+      })
       .filter(|s| !skip.contains(&s.worker.worker_id))
       .collect();
     loop {

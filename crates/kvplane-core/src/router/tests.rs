@@ -223,6 +223,7 @@ fn a_tree_dump_replaces_every_rank_of_the_worker() {
       worker: w(0, 1),
       events: vec![s],
       contents: Vec::new(),
+      keys: Vec::new(),
     }],
     last_seq: 77,
     epoch: 5,
@@ -259,6 +260,7 @@ fn a_tree_dump_applied_beside_readers_leaves_what_one_write_leaves_and_readers_n
       worker: w(0, 0),
       events,
       contents: Vec::new(),
+      keys: Vec::new(),
     }],
     last_seq: 9,
     epoch: 2,
@@ -475,7 +477,7 @@ fn events_applied_a_piece_at_a_time_leave_what_whole_events_leave() {
 
 #[test]
 fn a_dump_restored_into_an_empty_index_answers_as_the_index_dumped() {
-  let mut r = RouterIndex::new(BS).unwrap();
+  let mut r = RouterIndex::with_content_hashes(BS, true).unwrap();
   // Shared prompt, two workers' conversations on it (one in two ranks), a host-tier tail, a
   // LoRA's blocks, and a long chain stored in one event (restored in pieces).
   r.apply(w(1, 0), &stored(&[11, 12, 13], None, 0, "GPU"))
@@ -499,17 +501,16 @@ fn a_dump_restored_into_an_empty_index_answers_as_the_index_dumped() {
   let long: Vec<u64> = (100..140).collect();
   r.apply(w(4, 0), &stored(&long, None, 1000, "GPU")).unwrap();
   let dump = r.dump(None);
+  let n = |s: &DumpSegment| s.block_hashes.len();
   assert!(dump
     .iter()
-    .all(|s| s.content_hashes.len() == s.block_hashes.len()));
+    .all(|s| s.content_hashes.len() == n(s) && s.keys.len() == n(s)));
   // Each block's content hash is its tokens' (Dynamo's `tokens_hash`).
   let first = dump.iter().find(|s| s.worker == w(1, 0)).unwrap();
   assert_eq!(
     first.content_hashes[0],
     crate::hash::content_hash(&[0, 1, 2, 3])
   );
-
-  let restored = Shared::new(RouterIndex::new(BS).unwrap());
   // A worker that loads its state itself is left out.
   let probe = Shared::new(RouterIndex::new(BS).unwrap());
   probe.restore(&dump, &[2, 4]);
@@ -519,31 +520,58 @@ fn a_dump_restored_into_an_empty_index_answers_as_the_index_dumped() {
     .iter()
     .all(|s| ![2, 4].contains(&s.worker.worker_id)));
   assert!(!probe.read().dump(None).is_empty());
-  let got = restored.restore(&dump, &[]);
-  assert_eq!(got.segments as usize, dump.len());
-  assert_eq!(
-    got.blocks,
-    dump
-      .iter()
-      .map(|s| s.block_hashes.len() as u64)
-      .sum::<u64>()
-  );
-  let restored = restored.read();
-  assert_eq!(restored.dump(None), dump);
+
+  // Restored by the content hashes alone (Dynamo's dump), into an index that keeps them; and by
+  // the keys alone (kvplane's, content hashes not kept), into one that does not.
+  let by_content: Vec<DumpSegment> = dump
+    .iter()
+    .map(|s| DumpSegment {
+      keys: vec![],
+      ..s.clone()
+    })
+    .collect();
+  let by_key: Vec<DumpSegment> = dump
+    .iter()
+    .map(|s| DumpSegment {
+      content_hashes: vec![],
+      ..s.clone()
+    })
+    .collect();
   let mut queries: Vec<Vec<u32>> = vec![(0..16).collect(), (1000..1160).collect()];
   let mut conv: Vec<u32> = (0..8).collect();
   conv.extend(500..508);
   queries.push(conv);
-  for q in &queries {
-    assert_eq!(
-      scores(&restored.query(q, None, None)),
-      scores(&r.query(q, None, None))
-    );
-    assert!(!scores(&r.query(q, None, None)).is_empty());
+  for (segments, keep) in [(&by_content, true), (&by_key, false)] {
+    let restored = Shared::new(RouterIndex::with_content_hashes(BS, keep).unwrap());
+    let got = restored.restore(segments, &[]);
+    assert_eq!(got.segments as usize, dump.len());
+    assert_eq!(got.blocks, dump.iter().map(|s| n(s) as u64).sum::<u64>());
+    let restored = restored.read();
+    let again = restored.dump(None);
+    if keep {
+      assert_eq!(again, dump);
+    } else {
+      assert_eq!(again, by_key);
+    }
+    for q in &queries {
+      assert_eq!(
+        scores(&restored.query(q, None, None)),
+        scores(&r.query(q, None, None))
+      );
+      assert!(!scores(&r.query(q, None, None)).is_empty());
+    }
+    let l = |ix: &RouterIndex| scores(&ix.query(&(0..8).collect::<Vec<_>>(), Some("lo"), None));
+    assert_eq!(l(&restored), l(&r));
+    assert_eq!(l(&r), vec![(3, 0, 2, 2, 2)]);
   }
-  let l = |ix: &RouterIndex| scores(&ix.query(&(0..8).collect::<Vec<_>>(), Some("lo"), None));
-  assert_eq!(l(&restored), l(&r));
-  assert_eq!(l(&r), vec![(3, 0, 2, 2, 2)]);
+  // Kept, but restored by keys alone: those blocks have no content hashes to dump.
+  let mixed = Shared::new(RouterIndex::with_content_hashes(BS, true).unwrap());
+  mixed.restore(&by_key, &[]);
+  assert!(mixed
+    .read()
+    .dump(None)
+    .iter()
+    .all(|s| s.content_hashes.is_empty() && s.keys.len() == n(s)));
 }
 
 #[test]
@@ -555,6 +583,7 @@ fn a_restored_segment_whose_parent_is_unknown_is_left_out_and_counted() {
     parent: Some(999),
     block_hashes: vec![1, 2],
     content_hashes: vec![5, 6],
+    keys: vec![],
   };
   let bad = DumpSegment {
     content_hashes: vec![5],

@@ -68,6 +68,7 @@ fn worker(r: &mut Reader<'_>) -> KvResult<WorkerDump> {
     },
     events: Vec::new(),
     contents: Vec::new(),
+    keys: Vec::new(),
   };
   for _ in 0..r.read_map_len()? {
     match r.read_str_bytes()? {
@@ -211,6 +212,7 @@ mod tests {
             },
             events: vec![stored(1, None), stored(3, Some(2))],
             contents: Vec::new(),
+            keys: Vec::new(),
           },
           WorkerDump {
             worker: WorkerKey {
@@ -219,6 +221,7 @@ mod tests {
             },
             events: vec![],
             contents: Vec::new(),
+            keys: Vec::new(),
           },
         ],
         last_seq: 40,

@@ -289,6 +289,7 @@ mod tests {
         },
         events: vec![chain(1, 10, None), chain(100, 3, Some(5))],
         contents: Vec::new(),
+        keys: Vec::new(),
       },
       WorkerDump {
         worker: WorkerKey {
@@ -297,6 +298,7 @@ mod tests {
         },
         events: vec![chain(200, 2, None)],
         contents: Vec::new(),
+        keys: Vec::new(),
       },
     ]
   }
