@@ -337,7 +337,7 @@ describe('peer indexers that do not answer as peers', () => {
     ]);
     expect(warnings[0]?.[1].error).toMatch(/no answer within 5000 ms/);
     expect(warnings[1]?.[1].error).toMatch(/ERR_DECODE|block_size/);
-    expect(warnings[2]?.[1].error).toMatch(/answered 404/);
+    expect(warnings[2]?.[1].error).toMatch(/HTTP 404/);
     expect(ours.peerRecovery).toBeNull();
     expect((await (await fetch(`${ours.url}/health`)).json()).status).toBe('ok');
   }, 30_000);

@@ -1,3 +1,4 @@
+import { nodeGet } from '../../transports/http/node_get.js';
 import { trimMemorySoon } from '../../transports/memory.js';
 import { readIndexerDump } from '../indexer_dump.js';
 import { HttpError } from './json.js';
@@ -111,33 +112,11 @@ export async function recoverFromPeers(
   return null;
 }
 
-async function fetchDump(peer: string): Promise<Buffer> {
-  const url = `${peer.replace(/\/+$/, '')}/dump`;
-  const abort = new AbortController();
-  let timer = setTimeout(() => abort.abort(new Error(`no answer within ${DUMP_HEADERS_MS} ms`)), DUMP_HEADERS_MS);
-  try {
-    const res = await fetch(url, { signal: abort.signal, redirect: 'error' });
-    clearTimeout(timer);
-    timer = setTimeout(() => abort.abort(new Error(`not read whole within ${DUMP_TIMEOUT_MS} ms`)), DUMP_TIMEOUT_MS);
-    if (res.status !== 200) {
-      await res.body?.cancel();
-      throw new Error(`${url} answered ${res.status}`);
-    }
-    // Read into one buffer of the announced length when there is one (a dump is as large as the
-    // index: no second copy of it), else gathered and joined.
-    const announced = Number(res.headers.get('content-length') ?? Number.NaN);
-    const whole = Number.isSafeInteger(announced) && announced <= DUMP_BYTES ? Buffer.allocUnsafe(announced) : null;
-    const chunks: Uint8Array[] = [];
-    let size = 0;
-    for await (const chunk of res.body ?? []) {
-      if (size + chunk.byteLength > (whole?.length ?? DUMP_BYTES))
-        throw new Error(`${url}: the answer is over ${whole?.length ?? DUMP_BYTES} bytes`);
-      if (whole) whole.set(chunk, size);
-      else chunks.push(chunk);
-      size += chunk.byteLength;
-    }
-    return whole ? whole.subarray(0, size) : Buffer.concat(chunks);
-  } finally {
-    clearTimeout(timer);
-  }
+/** A peer's `/dump`, read as a router reads a node's answers. */
+function fetchDump(peer: string): Promise<Buffer> {
+  return nodeGet(`${peer.replace(/\/+$/, '')}/`, 'dump', {
+    limit: DUMP_BYTES,
+    timeoutMs: DUMP_TIMEOUT_MS,
+    firstByteMs: DUMP_HEADERS_MS,
+  });
 }

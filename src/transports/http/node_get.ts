@@ -9,21 +9,36 @@ import { bodyUpTo } from './body.js';
 export async function nodeGet(
   url: string | URL,
   path: string,
-  o: { token?: string | null; limit: number; timeoutMs: number; signal?: AbortSignal },
+  o: {
+    token?: string | null;
+    limit: number;
+    timeoutMs: number;
+    /** Also within this long for the answer to begin (one that cannot be reached is given up soon). */
+    firstByteMs?: number;
+    signal?: AbortSignal;
+  },
 ): Promise<Buffer> {
   let res: Response;
   const timeout = AbortSignal.timeout(o.timeoutMs);
+  const begun = new AbortController();
+  const firstByte =
+    o.firstByteMs === undefined
+      ? null
+      : setTimeout(() => begun.abort(new Error(`no answer within ${o.firstByteMs} ms`)), o.firstByteMs);
   try {
     res = await fetch(new URL(path, url), {
-      signal: o.signal ? AbortSignal.any([o.signal, timeout]) : timeout,
+      signal: AbortSignal.any([timeout, begun.signal, ...(o.signal ? [o.signal] : [])]),
       redirect: 'manual',
       headers: o.token ? { authorization: `Bearer ${o.token}` } : {},
     });
   } catch (err) {
+    if (begun.signal.aborted) throw begun.signal.reason;
     // fetch says only "fetch failed"; what failed (ECONNREFUSED, ...) is its cause.
     const cause = (err as Error).cause as { code?: string; message?: string } | undefined;
     const why = cause?.code ?? cause?.message;
     throw new Error(why ? `${(err as Error).message} (${why})` : (err as Error).message);
+  } finally {
+    if (firstByte !== null) clearTimeout(firstByte);
   }
   if (res.status >= 300 && res.status < 400) {
     await res.body?.cancel();
