@@ -673,12 +673,6 @@ export interface SubscribeRequestOut {
 /** Two's-complement signed view of a u64 hash. */
 export declare function toInt64(value: bigint): bigint
 
-/**
- * Token ids as a `Uint32Array`: numbers checked by the core (integers in 0..=2^32-1), a
- * `Uint32Array` passed through.
- */
-export declare function tokenIds(tokens: Uint32Array | Float64Array): Uint32Array
-
 export interface TokenQueryOut {
   tokenIds: Uint32Array
   modelName: string

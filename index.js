@@ -860,7 +860,6 @@ module.exports.parseDynamoDump = nativeBinding.parseDynamoDump
 module.exports.parseHashQuery = nativeBinding.parseHashQuery
 module.exports.parseTokenQuery = nativeBinding.parseTokenQuery
 module.exports.toInt64 = nativeBinding.toInt64
-module.exports.tokenIds = nativeBinding.tokenIds
 module.exports.toUint64 = nativeBinding.toUint64
 module.exports.trimAllocator = nativeBinding.trimAllocator
 module.exports.trtllmCacheSaltId = nativeBinding.trtllmCacheSaltId

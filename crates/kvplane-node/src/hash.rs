@@ -192,14 +192,3 @@ pub fn trtllm_cache_salt_id(salt: String, hash: Option<String>) -> Result<BigInt
   Ok(BigInt::from(how.unwrap_or_default().salt_id(&salt)))
 }
 
-/// Token ids as a `Uint32Array`: numbers checked by the core (integers in 0..=2^32-1), a
-/// `Uint32Array` passed through.
-#[napi]
-pub fn token_ids(tokens: Either<Uint32Array, Float64Array>) -> Result<Uint32Array, Code> {
-  guard_js(|| {
-    Ok(match tokens {
-      Either::A(t) => t,
-      Either::B(v) => Uint32Array::new(hash::tokens_from_f64(&v)?),
-    })
-  })
-}

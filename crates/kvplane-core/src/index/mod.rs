@@ -275,9 +275,10 @@ pub struct Piecewise<'e> {
   pub(crate) tier_at: usize,
   /// Engine maps a clear is done with, freed with the `Piecewise`, outside the writer's lock.
   spent: Vec<LocMap>,
-  /// An engine's event whose outcome the router counts (`RouterIndex::outcomes`): the drops
-  /// that tell it, as they stood before its first piece (`None` until then).
-  pub(crate) counted: Option<Option<[u64; 3]>>,
+  /// An engine's event, whose outcome the router counts (`RouterIndex::outcomes`).
+  pub(crate) counted: bool,
+  /// The router's drops that tell that outcome, as they stood before its first piece.
+  pub(crate) lost_before: Option<crate::router::Lost>,
 }
 
 /// A worker's clear applied a piece at a time: its engine ids, taken out of its map, gone through
@@ -308,13 +309,14 @@ impl<'e> Piecewise<'e> {
       clear_begun: false,
       tier_at: 0,
       spent: Vec::new(),
-      counted: None,
+      counted: false,
+      lost_before: None,
     }
   }
 
   /// An engine's event, its outcome counted by the router it is applied to.
   pub fn counted(mut self) -> Piecewise<'e> {
-    self.counted = Some(None);
+    self.counted = true;
     self
   }
 

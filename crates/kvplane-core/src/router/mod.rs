@@ -9,18 +9,25 @@
 //! of one sequence share one key space.
 
 mod namespace;
+mod outcome;
 mod query;
+mod restore;
 mod tier;
 
 pub use namespace::{lora_part, salt_part, seed, SALT_KEY_PREFIX};
+pub use outcome::{EventKind, Outcome};
 pub use query::{QueryAnswer, WorkerScore};
+pub use restore::Restored;
 pub use tier::Tier;
+
+pub(crate) use outcome::Lost;
+use outcome::Outcomes;
 
 use crate::codec::{self, recover, Dialect};
 use crate::error::{KvError, KvResult};
 use crate::event::{KvEvent, RemovedEvent, StoredEvent};
 use crate::index::{
-  DropReason, Index, IndexConfig, IndexStats, Piecewise, StoredBlocks, WorkerDump, WorkerKey,
+  Index, IndexConfig, IndexStats, Piecewise, StoredBlocks, WorkerDump, WorkerKey,
 };
 use crate::shared::{ApplyPiece, Shared, Turn, PIECE_BLOCKS};
 use crate::stream::Recovery;
@@ -105,64 +112,6 @@ pub struct DumpSegment {
   pub keys: Vec<u64>,
 }
 
-/// What restoring a peer's dump did (`Shared::<RouterIndex>::restore`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Restored {
-  pub segments: u32,
-  pub blocks: u64,
-}
-
-/// An engine event's kind, as Dynamo's indexer counts applied events (`event_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-  Stored = 0,
-  Removed = 1,
-  Cleared = 2,
-}
-
-/// How an engine event was applied, as Dynamo's indexer counts it (`status`): the outcomes
-/// kvplane's index has (Dynamo's others, such as `allocation_failed`, never happen here).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-  Ok = 0,
-  /// A stored event whose parent the worker does not hold (dropped).
-  ParentBlockNotFound = 1,
-  /// A removed event naming a block the worker does not hold.
-  BlockNotFound = 2,
-  /// A stored event whose tokens do not split into its blocks (the worker is cleared).
-  InvalidBlock = 3,
-}
-
-impl EventKind {
-  pub const ALL: [EventKind; 3] = [EventKind::Stored, EventKind::Removed, EventKind::Cleared];
-
-  pub const fn name(self) -> &'static str {
-    match self {
-      EventKind::Stored => "stored",
-      EventKind::Removed => "removed",
-      EventKind::Cleared => "cleared",
-    }
-  }
-}
-
-impl Outcome {
-  pub const ALL: [Outcome; 4] = [
-    Outcome::Ok,
-    Outcome::ParentBlockNotFound,
-    Outcome::BlockNotFound,
-    Outcome::InvalidBlock,
-  ];
-
-  pub const fn name(self) -> &'static str {
-    match self {
-      Outcome::Ok => "ok",
-      Outcome::ParentBlockNotFound => "parent_block_not_found",
-      Outcome::BlockNotFound => "block_not_found",
-      Outcome::InvalidBlock => "invalid_block",
-    }
-  }
-}
-
 pub struct RouterIndex {
   block_size: u32,
   tiers: [Index; 3],
@@ -171,7 +120,7 @@ pub struct RouterIndex {
   salts: HashMap<(WorkerKey, u64), u64>,
   drops: [u64; 3],
   /// Engine events applied from payloads, by kind and outcome (`outcomes`).
-  outcomes: [[u64; 4]; 3],
+  outcomes: Outcomes,
 }
 
 impl RouterIndex {
@@ -199,7 +148,7 @@ impl RouterIndex {
       tiers: [Index::new(cfg), Index::new(cfg), Index::new(cfg)],
       salts: HashMap::new(),
       drops: [0; 3],
-      outcomes: [[0; 4]; 3],
+      outcomes: Outcomes::default(),
     })
   }
 
@@ -235,62 +184,6 @@ impl RouterIndex {
       self.count_outcome(ev, before, r.is_err());
       r
     })
-  }
-
-  /// The drops that tell an event's outcome: unknown parents and unknown removed blocks, in
-  /// every tier, and the events the router does not index.
-  fn lost(&self) -> [u64; 3] {
-    let sum = |r| self.tiers.iter().map(|t| t.dropped(r)).sum();
-    [
-      sum(DropReason::UnknownParent),
-      sum(DropReason::UnknownRemoved),
-      self.drops.iter().sum(),
-    ]
-  }
-
-  /// Counts an engine event applied (`outcomes`), by what it dropped since `before`. One the
-  /// router does not index (another medium, block size or owner: counted in `drops`) is not,
-  /// nor one of a lower tier.
-  fn count_outcome(&mut self, ev: &KvEvent, before: [u64; 3], failed: bool) {
-    let after = self.lost();
-    if after[2] > before[2] {
-      return;
-    }
-    // Dynamo's indexer counts the device tier's events (its lower tiers apply theirs apart).
-    let medium = match ev {
-      KvEvent::Stored(s) => s.medium.as_deref(),
-      KvEvent::Removed(r) => r.medium.as_deref(),
-      _ => None,
-    };
-    if Tier::of_medium(medium) != Some(Tier::Device) {
-      return;
-    }
-    let (kind, outcome) = match ev {
-      KvEvent::Stored(_) if failed => (EventKind::Stored, Outcome::InvalidBlock),
-      KvEvent::Stored(_) if after[0] > before[0] => {
-        (EventKind::Stored, Outcome::ParentBlockNotFound)
-      }
-      KvEvent::Stored(_) => (EventKind::Stored, Outcome::Ok),
-      KvEvent::Removed(_) if after[1] > before[1] => (EventKind::Removed, Outcome::BlockNotFound),
-      KvEvent::Removed(_) => (EventKind::Removed, Outcome::Ok),
-      KvEvent::Cleared => (EventKind::Cleared, Outcome::Ok),
-      _ => return,
-    };
-    self.outcomes[kind as usize][outcome as usize] += 1;
-  }
-
-  /// Engine events of the device tier applied from payloads (not recoveries or clears of the
-  /// router's own), by kind and outcome, as Dynamo's indexer counts them
-  /// (`kv_cache_events_applied`).
-  pub fn outcomes(&self) -> Vec<(EventKind, Outcome, u64)> {
-    EventKind::ALL
-      .iter()
-      .flat_map(|&k| {
-        Outcome::ALL
-          .iter()
-          .map(move |&o| (k, o, self.outcomes[k as usize][o as usize]))
-      })
-      .collect()
   }
 
   /// Applies one event of worker `w`; `Err` only for a layout the index cannot hold (the worker
@@ -383,11 +276,10 @@ impl RouterIndex {
   /// False once the event is all applied, or dropped. An engine's event (`Piecewise::counted`)
   /// is counted once it is.
   pub fn apply_piece(&mut self, p: &mut Piecewise<'_>) -> KvResult<bool> {
-    let Some(counted) = p.counted else {
+    if !p.counted {
       return self.apply_piece_of(p);
-    };
-    let before = counted.unwrap_or_else(|| self.lost());
-    p.counted = Some(Some(before));
+    }
+    let before = *p.lost_before.get_or_insert_with(|| self.lost());
     let r = self.apply_piece_of(p);
     if !matches!(r, Ok(true)) {
       self.count_outcome(p.ev, before, r.is_err());
@@ -520,39 +412,6 @@ impl RouterIndex {
       }
     }
     out
-  }
-
-  /// Whether a dumped segment's parent is stored, in any tier (or it has none).
-  fn knows_parent(&self, seg: &DumpSegment) -> bool {
-    seg.parent.is_none_or(|p| {
-      self
-        .tiers
-        .iter()
-        .any(|ix| ix.key_of(seg.worker, p).is_some())
-    })
-  }
-
-  /// Stores blocks `blocks` of a dumped segment (a peer's `/dump`) under `parent`: by their keys
-  /// when it has them, else by their content hashes chained as tokens' are; false when they were
-  /// not stored (their parent unknown: counted).
-  fn restore_blocks(
-    &mut self,
-    seg: &DumpSegment,
-    parent: Option<u64>,
-    blocks: std::ops::Range<usize>,
-  ) -> bool {
-    let stored = StoredBlocks {
-      block_hashes: &seg.block_hashes[blocks.clone()],
-      parent_block_hash: parent,
-      token_ids: &[],
-      block_size: self.block_size,
-      content_hashes: seg.content_hashes.get(blocks.clone()).unwrap_or(&[]),
-      keys: seg.keys.get(blocks).unwrap_or(&[]),
-    };
-    let (here, elsewhere) = split_tier(&mut self.tiers, seg.tier as usize, seg.worker);
-    let before = here.dropped(DropReason::UnknownParent);
-    here.store_chained(seg.worker, stored, 0, elsewhere).is_ok()
-      && here.dropped(DropReason::UnknownParent) == before
   }
 
   pub fn drops(&self) -> Vec<(RouterDrop, u64)> {
@@ -762,61 +621,6 @@ impl Shared<RouterIndex> {
         let _ = self.apply_in(&turn, w, ev);
       }
     }))
-  }
-
-  /// A peer's dump (`codec::dynamo_dump`) stored over what the index holds, in one writer's
-  /// turn, `PIECE_BLOCKS` blocks per write lock. A segment whose parent is not stored yet waits
-  /// for the others (a dump may list a tier's blocks before those of the tier their parents are
-  /// in); one whose parent never comes is stored last, and dropped as an unknown parent
-  /// (counted). A segment with neither keys nor content hashes for each of its blocks is left
-  /// out, as are those of the workers in `skip` (they load their state from their own source).
-  pub fn restore(&self, segments: &[DumpSegment], skip: &[u64]) -> Restored {
-    let turn = self.turn();
-    let mut out = Restored::default();
-    let mut pending: Vec<&DumpSegment> = segments
-      .iter()
-      .filter(|s| {
-        let n = s.block_hashes.len();
-        (s.keys.len() == n || s.content_hashes.len() == n)
-          && [s.keys.len(), s.content_hashes.len()]
-            .iter()
-            .all(|&m| m == 0 || m == n)
-      })
-      .filter(|s| !skip.contains(&s.worker.worker_id))
-      .collect();
-    loop {
-      let before = pending.len();
-      let mut later = Vec::new();
-      for seg in pending {
-        if self.read().knows_parent(seg) {
-          self.restore_segment(&turn, seg, &mut out);
-        } else {
-          later.push(seg);
-        }
-      }
-      if later.len() == before {
-        for seg in later {
-          self.restore_segment(&turn, seg, &mut out);
-        }
-        return out;
-      }
-      pending = later;
-    }
-  }
-
-  fn restore_segment(&self, turn: &Turn<'_>, seg: &DumpSegment, out: &mut Restored) {
-    out.segments += 1;
-    let mut parent = seg.parent;
-    let mut at = 0;
-    while at < seg.block_hashes.len() {
-      let end = (at + PIECE_BLOCKS).min(seg.block_hashes.len());
-      if !self.piece(turn).restore_blocks(seg, parent, at..end) {
-        return;
-      }
-      out.blocks += (end - at) as u64;
-      parent = Some(seg.block_hashes[end - 1]);
-      at = end;
-    }
   }
 
   /// `RouterIndex::clear_worker` with readers alongside: each rank's clear a piece at a time

@@ -2,6 +2,7 @@ use super::*;
 use crate::codec::value::Value;
 use crate::codec::{encode_events, Format};
 use crate::event::{EventRef, RemovedEvent};
+use crate::index::DropReason;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
