@@ -215,14 +215,22 @@ describe('kvplane indexer', () => {
     // joining a running node (no replay through --workers) sees whole chains soon.
     const node = await serveNode(['--sim-rate', '100', '--sim-blocks', '256'], cleanup);
     const serving = node.serving as { endpoint: string };
+    /** `kvplane indexer` on a free port with `args`: its log lines, and its `indexing` line once it serves. */
+    const indexer = (args: string[]) => {
+      const proc = spawn(process.execPath, [CLI, 'indexer', '--host', '127.0.0.1', '--port', '0', ...args]);
+      const out = lines(proc);
+      const started = (async () => {
+        await until(() => out.some((l) => l.msg === 'indexing'));
+        return out.find((l) => l.msg === 'indexing') as Record<string, unknown>;
+      })();
+      return { proc, out, started };
+    };
     const stateFile = join(tmpdir(), `kvplane-indexer-${process.pid}.json`);
-    const ix = spawn(process.execPath, [
-      CLI,
-      'indexer',
-      '--host',
-      '127.0.0.1',
-      '--port',
-      '0',
+    const {
+      proc: ix,
+      out: ixOut,
+      started: ixStarted,
+    } = indexer([
       '--block-size',
       '16',
       '--model-name',
@@ -232,11 +240,9 @@ describe('kvplane indexer', () => {
       '--state-file',
       stateFile,
     ]);
-    const ixOut = lines(ix);
     const ixExit = new Promise((r) => ix.once('exit', r));
     try {
-      await until(() => ixOut.some((l) => l.msg === 'indexing'));
-      const started = ixOut.find((l) => l.msg === 'indexing') as Record<string, unknown>;
+      const started = await ixStarted;
       expect(started).toMatchObject({ workers: 2, state_file: stateFile });
       const url = started.http as string;
       const workers = (await (await fetch(`${url}/workers?model_name=llama`)).json()) as Array<Record<string, unknown>>;
@@ -261,13 +267,7 @@ describe('kvplane indexer', () => {
       // A second indexer, with the first as its peer (Dynamo's flags): it starts from its dump,
       // says so, and writes its access log.
       const accessLog = join(tmpdir(), `kvplane-access-${process.pid}.log`);
-      const peer = spawn(process.execPath, [
-        CLI,
-        'indexer',
-        '--host',
-        '127.0.0.1',
-        '--port',
-        '0',
+      const peer = indexer([
         '--peers',
         url,
         '--threads',
@@ -280,10 +280,8 @@ describe('kvplane indexer', () => {
         '--duration',
         '20',
       ]);
-      cleanup.push(() => peer.kill('SIGTERM'));
-      const peerOut = lines(peer);
-      await until(() => peerOut.some((l) => l.msg === 'indexing'));
-      const peerStarted = peerOut.find((l) => l.msg === 'indexing') as Record<string, unknown>;
+      cleanup.push(() => peer.proc.kill('SIGTERM'));
+      const peerStarted = await peer.started;
       expect(peerStarted).toMatchObject({ peers: [url], recovered_from: url });
       const recovered = peerStarted.recovered as Array<{ name: string; blocks: number }>;
       expect(recovered.map((r) => r.name)).toEqual(['llama:default']);

@@ -22,9 +22,10 @@ export function indexerMetrics(
   accessLogErrors?: () => number,
 ): {
   prom: PromRegistry;
-  request(route: string): void;
-  error(route: string, status: number): void;
-  /** A request to a route answered (Dynamo's indexer's families, `dynamo_metrics.ts`). */
+  /**
+   * A request to a route answered, with its status and duration: kvplane's families and Dynamo's
+   * indexer's (`dynamo_metrics.ts`), which leave `/metrics` itself out (its errors aside).
+   */
   answered(route: string, method: string, status: number, seconds: number): void;
   /** The scrape's text: every figure read once. */
   scrape(): Promise<string>;
@@ -217,8 +218,11 @@ export function indexerMetrics(
       const text = await prom.metrics();
       return into.registry ? text : text + perWorkerText(all);
     },
-    request: (route) => requests.inc({ endpoint: route }),
-    error: (route, status) => errors.inc({ endpoint: route, status_class: status >= 500 ? '5xx' : '4xx' }),
-    answered: dynamo.answered,
+    answered(route, method, status, seconds) {
+      if (status >= 400) errors.inc({ endpoint: route, status_class: status >= 500 ? '5xx' : '4xx' });
+      if (route === '/metrics') return;
+      requests.inc({ endpoint: route });
+      dynamo.answered(route, method, status, seconds);
+    },
   };
 }

@@ -226,7 +226,6 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
         res.setHeader('allow', method === 'GET' ? 'GET,HEAD' : 'POST');
         throw new HttpError(405, `${req.method} is not allowed on ${route}`);
       }
-      if (route !== '/metrics') this.#metrics.request(route);
       // The node token is sent to the nodes a registration names: with one set, only a holder
       // of it may register (else anyone reaching the indexer could name a URL and collect it),
       // or name the peers a restart loads its index from.
@@ -248,15 +247,12 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       this.#send(res, answer.status, answer.body, !route.startsWith('/query'));
     } catch (err) {
       const status = err instanceof HttpError ? err.status : 500;
-      if (method !== undefined) this.#metrics.error(route, status);
       if (status === 413) res.setHeader('connection', 'close');
       this.#send(res, status, { error: (err as Error).message });
     } finally {
       // With the status answered (a client gone midway included: its 400 is written, not sent).
       const seconds = (performance.now() - t0) / 1000;
-      if (method !== undefined && route !== '/metrics') {
-        this.#metrics.answered(route, req.method ?? '', res.statusCode, seconds);
-      }
+      if (method !== undefined) this.#metrics.answered(route, req.method ?? '', res.statusCode, seconds);
       if (method !== undefined && this.#accessLog) {
         const trace = req.headers[this.#traceIdHeader];
         this.#accessLog.write({

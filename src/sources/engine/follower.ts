@@ -297,13 +297,12 @@ export class RankFollower {
     }
     const next = this.#next;
     if (next === null && this.#known) {
-      // Joining a state loaded elsewhere, which stands for every batch before this one.
+      // Joining a state loaded elsewhere, which stands for every batch before this one: its
+      // record reaches back to the engine's first seq.
       this.#known = false;
       this.#recordStarts = false;
       this.#unknownBefore = 0n;
-      this.#next = batch.seq + 1n;
-      this.#count('applied');
-      return [{ kind: 'apply', batch }];
+      return this.#apply(batch);
     }
     if (next === null) {
       // Joining: what the engine published before this batch comes from its replay, from its
