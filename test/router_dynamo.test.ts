@@ -1,19 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { hashBlocks, IndexerServer } from '../dist/index.mjs';
-import { sleep } from './fixtures.js';
-import {
-  canonical,
-  dynamoAvailable,
-  post,
-  queriesFrom,
-  registerEverywhere,
-  run,
-  type SimNode,
-  settled,
-  simNodes,
-  startDynamoIndexer,
-  tieredAndLora,
-} from './router_fixtures.js';
+import { hashBlocks } from '../dist/index.mjs';
+import { canonical, dynamoAvailable, followedSideBySide, post, queriesFrom } from './router_fixtures.js';
 
 const BS = 16;
 const cleanup: Array<() => unknown> = [];
@@ -25,18 +12,13 @@ describe.skipIf(!dynamoAvailable())(
   "kvplane indexer against Dynamo's standalone indexer (PyPI ai-dynamo-runtime 1.6.1)",
   () => {
     it('follows the same simulated nodes and answers thousands of /query requests identically at quiescence', async () => {
-      const nodes = await simNodes(4, BS, 3);
-      cleanup.push(() => Promise.all(nodes.map((n) => n.publisher.close())));
-      const dynamo = await startDynamoIndexer(1);
-      cleanup.push(() => dynamo.stop());
-      const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0 });
-      cleanup.push(() => ours.close());
-      await registerEverywhere([dynamo.url, ours.url], nodes, BS);
-      await sleep(500);
-      await run(nodes, 120);
-      const extra = tieredAndLora(nodes[1] as SimNode, BS);
-      await run(nodes, 30);
-      await settled(ours, nodes, [dynamo.url]);
+      const { nodes, dynamo, ours, extra } = await followedSideBySide(cleanup, {
+        nodes: 4,
+        seed: 3,
+        steps: 120,
+        blockSize: BS,
+        extraOn: 1,
+      });
 
       const queries = queriesFrom(nodes, 3000, BS, 11);
       const requests: Array<Record<string, unknown>> = queries.map((q) => ({ token_ids: [...q], model_name: 'm' }));

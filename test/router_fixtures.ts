@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { type IndexerServer, type KvEvent, KvEventPublisher, SimEngine } from '../dist/index.mjs';
+import { IndexerServer, type IndexerServerOptions, type KvEvent, KvEventPublisher, SimEngine } from '../dist/index.mjs';
 import { freePort, sleep, until } from './fixtures.js';
 
 /** A parsed JSON answer, read field by field. */
@@ -286,4 +286,37 @@ export async function settled(ours: IndexerServer, nodes: readonly SimNode[], ba
     }
     if (theirs !== mine) throw new Error(`${base} holds other blocks than kvplane: ${theirs} against ${mine}`);
   }
+}
+
+/**
+ * `nodes` simulated nodes followed by Dynamo's indexer and kvplane's side by side (`ours`, with
+ * `opts`), each registered in every routing group of `groups`: `steps` steps published, then the
+ * tiered and LoRA blocks on node `extraOn`, then a quarter as many steps, until both hold the same
+ * blocks. Each is pushed to `cleanup`.
+ */
+export async function followedSideBySide(
+  cleanup: Array<() => unknown>,
+  o: {
+    nodes: number;
+    seed: number;
+    steps: number;
+    blockSize: number;
+    extraOn: number;
+    groups?: readonly string[];
+    opts?: Omit<IndexerServerOptions, 'host' | 'port'>;
+  },
+): Promise<{ nodes: SimNode[]; dynamo: DynamoIndexer; ours: IndexerServer; extra: Uint32Array }> {
+  const nodes = await simNodes(o.nodes, o.blockSize, o.seed);
+  cleanup.push(() => Promise.all(nodes.map((n) => n.publisher.close())));
+  const dynamo = await startDynamoIndexer(1);
+  cleanup.push(() => dynamo.stop());
+  const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0, ...o.opts });
+  cleanup.push(() => ours.close());
+  await registerEverywhere([dynamo.url, ours.url], nodes, o.blockSize, o.groups);
+  await sleep(500);
+  await run(nodes, o.steps);
+  const extra = tieredAndLora(nodes[o.extraOn] as SimNode, o.blockSize);
+  await run(nodes, o.steps / 4);
+  await settled(ours, nodes, [dynamo.url]);
+  return { nodes, dynamo, ours, extra };
 }

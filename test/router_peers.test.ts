@@ -11,15 +11,11 @@ import {
   type DynamoIndexer,
   dumpCounts,
   dynamoAvailable,
+  followedSideBySide,
   post,
   queriesFrom,
-  registerEverywhere,
   run,
-  type SimNode,
-  settled,
-  simNodes,
   startDynamoIndexer,
-  tieredAndLora,
 } from './router_fixtures.js';
 
 const BS = 16;
@@ -45,19 +41,16 @@ describe.skipIf(!dynamoAvailable())(
   "peer indexers (Dynamo's P2P recovery) with Dynamo's standalone indexer 1.6.1",
   () => {
     it("each starts from the other's /dump: Dynamo from kvplane's, kvplane from Dynamo's and from kvplane's, and answers as the peer does", async () => {
-      const nodes = await simNodes(3, BS, 7);
-      cleanup.push(() => Promise.all(nodes.map((n) => n.publisher.close())));
-      const dynamo = await startDynamoIndexer(1);
-      cleanup.push(() => dynamo.stop());
-      // Its /dump with each block's tokens_hash, which Dynamo needs.
-      const ours = await IndexerServer.create({ host: '127.0.0.1', port: 0, dumpTokensHash: true });
-      cleanup.push(() => ours.close());
-      await registerEverywhere([dynamo.url, ours.url], nodes, BS, ['default', 'g2']);
-      await sleep(500);
-      await run(nodes, 80);
-      const extra = tieredAndLora(nodes[2] as SimNode, BS);
-      await run(nodes, 20);
-      await settled(ours, nodes, [dynamo.url]);
+      // kvplane's /dump with each block's tokens_hash, which Dynamo needs.
+      const { nodes, dynamo, ours, extra } = await followedSideBySide(cleanup, {
+        nodes: 3,
+        seed: 7,
+        steps: 80,
+        blockSize: BS,
+        extraOn: 2,
+        groups: ['default', 'g2'],
+        opts: { dumpTokensHash: true },
+      });
       const queries = queriesFrom(nodes, 800, BS, 5);
       const requests: Json[] = [...queries.map((q) => ({ token_ids: [...q], model_name: 'm' }))];
       requests.push(
