@@ -146,6 +146,11 @@ export declare class NativeLocalIndexer {
 
 export declare class NativeRouterIndex {
   /**
+   * Every worker's blocks as the `events` of Dynamo's `/dump` entry (JSON), in pieces of about
+   * `piece_blocks` blocks, each piece events joined by commas (`codec::dynamo_dump::write_events`).
+   */
+  dumpJson(pieceBlocks: number): Array<Buffer>
+  /**
    * Stores a dumped index's segments over what the index holds (one writer's turn, a few
    * blocks per write lock), but those of the workers in `skip`; the dump's blocks are taken (a
    * second restore of it stores nothing). A segment whose parent is

@@ -221,11 +221,21 @@ export class RouterIndex extends EventEmitter<RouterIndexEvents> {
   /** Every worker's blocks per tier, as chain segments, parents first (one worker's with `workerId`). */
   dump(workerId?: bigint): RouterDumpSegment[] {
     const n = this.#open();
-    // A root's parent comes over as absent: `null`, as typed (and as `/dump` writes it).
+    // A root's parent comes over as absent: `null`, as typed.
     return callNative(() => n.dump(workerId ?? null)).map((s) => ({
       ...s,
       parent: s.parent ?? null,
     })) as RouterDumpSegment[];
+  }
+
+  /**
+   * `dump` as the `events` of Dynamo's indexer `/dump` entry, JSON written by the core: pieces of
+   * about `pieceBlocks` blocks, each a run of events joined by commas (join the pieces with commas
+   * inside `[` `]`).
+   */
+  dumpJson(pieceBlocks = 4096): Buffer[] {
+    const n = this.#open();
+    return callNative(() => n.dumpJson(pieceBlocks));
   }
 
   /**

@@ -191,4 +191,3 @@ pub fn trtllm_cache_salt_id(salt: String, hash: Option<String>) -> Result<BigInt
     .map_err(to_js)?;
   Ok(BigInt::from(how.unwrap_or_default().salt_id(&salt)))
 }
-

@@ -1,10 +1,10 @@
-//! A peer indexer's `/dump` for a router to start from (`kvplane indexer --peers`): read in the
-//! core (`codec::dynamo_dump`), its segments kept native until `NativeRouterIndex.restore` stores
-//! them.
+//! Dynamo's indexer `/dump`: written by the core from a router's index (`dumpJson`), and a peer
+//! indexer's read for a router to start from (`kvplane indexer --peers`), its segments kept
+//! native until `NativeRouterIndex.restore` stores them.
 
 use crate::error::{guard_js, Code};
 use crate::router_index::NativeRouterIndex;
-use kvplane_core::codec::dynamo_dump::{parse_dynamo_dump as parse, DumpedIndex};
+use kvplane_core::codec::dynamo_dump::{parse_dynamo_dump as parse, write_events, DumpedIndex};
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
 use std::cell::RefCell;
@@ -56,6 +56,24 @@ pub fn parse_dynamo_dump(body: Buffer) -> Result<Vec<NativeDumpedIndex>, Code> {
         .collect(),
     )
   })
+}
+
+#[napi]
+impl NativeRouterIndex {
+  /// Every worker's blocks as the `events` of Dynamo's `/dump` entry (JSON), in pieces of about
+  /// `piece_blocks` blocks, each piece events joined by commas (`codec::dynamo_dump::write_events`).
+  #[napi]
+  pub fn dump_json(&self, piece_blocks: u32) -> Result<Vec<Buffer>, Code> {
+    guard_js(|| {
+      let segments = self.shared().read().dump(None);
+      Ok(
+        write_events(&segments, piece_blocks as usize)
+          .into_iter()
+          .map(Buffer::from)
+          .collect(),
+      )
+    })
+  }
 }
 
 #[napi(object)]

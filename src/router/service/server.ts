@@ -421,15 +421,15 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
   }
 
   /**
-   * Every index's blocks as Dynamo's `/dump` writes them, streamed: a large index is written a
-   * few thousand blocks at a time, each piece once the socket has taken the last, so queries are
-   * answered in between.
+   * Every index's blocks as Dynamo's `/dump` writes them (the JSON written by the core), streamed:
+   * a large index is written a few thousand blocks at a time, each piece once the socket has
+   * taken the last, so queries are answered in between.
    */
   async #dump(res: ServerResponse): Promise<void> {
     res.writeHead(200, { 'content-type': 'application/json' });
     if (res.req.method === 'HEAD') return void res.end();
-    const write = async (text: string) => {
-      if (!res.write(text)) await new Promise((r) => res.once('drain', r));
+    const write = async (piece: string | Buffer) => {
+      if (!res.write(piece)) await new Promise((r) => res.once('drain', r));
       else await new Promise((r) => setImmediate(r));
     };
     let firstIndex = true;
@@ -438,39 +438,12 @@ export class IndexerServer extends EventEmitter<IndexerServerEvents> {
       if (ix.closed) continue;
       await write(`${firstIndex ? '' : ','}${JSON.stringify(key)}:{"block_size":${ix.blockSize},"events":[`);
       firstIndex = false;
-      let piece = '';
-      let blocks = 0;
-      let first = true;
-      for (const seg of ix.dump()) {
-        // Dynamo's `tokens_hash` when the index keeps content hashes; kvplane's own key always.
-        const hashed = seg.contentHashes.length === seg.blockHashes.length;
-        const stored = [...seg.blockHashes].map((h, i) => ({
-          block_hash: h,
-          ...(hashed ? { tokens_hash: seg.contentHashes[i] as bigint } : {}),
-          mm_extra_info: null,
-          kvplane_key: seg.keys[i] as bigint,
-        }));
-        const event = {
-          worker_id: seg.workerId,
-          storage_tier: seg.tier === 'host' ? 'host_pinned' : seg.tier,
-          residency_domain: 'worker',
-          event: {
-            event_id: 0,
-            data: { stored: { parent_hash: seg.parent, start_position: null, blocks: stored } },
-            dp_rank: seg.dpRank,
-          },
-        };
-        piece += (first ? '' : ',') + jsonExact(event);
-        first = false;
-        blocks += seg.blockHashes.length;
-        if (blocks >= 4096) {
-          await write(piece);
-          piece = '';
-          blocks = 0;
-          if (res.destroyed) return;
-        }
+      for (const [i, piece] of ix.dumpJson(4096).entries()) {
+        if (i > 0) res.write(',');
+        await write(piece);
+        if (res.destroyed) return;
       }
-      await write(`${piece}]}`);
+      await write(']}');
     }
     res.end('}');
   }

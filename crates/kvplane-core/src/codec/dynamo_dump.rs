@@ -1,5 +1,6 @@
-//! The body of Dynamo's indexer `GET /dump` (docs/protocol.md#router-side-kvplane-indexer), read
-//! by an indexer recovering from a peer (`--peers`): one entry per index, named
+//! The body of Dynamo's indexer `GET /dump` (docs/protocol.md#router-side-kvplane-indexer),
+//! written by the indexer (`write_events`) and read by one recovering from a peer (`--peers`,
+//! `parse_dynamo_dump`): one entry per index, named
 //! `model_name:routing_group`, `{"block_size": u32, "events": [RouterEvent]}`, each event
 //! `{"worker_id": u64, "storage_tier"?: "device" | "host_pinned" | "disk", "event": {"dp_rank"?:
 //! u32, "data": {"stored": {"parent_hash": u64 | null, "blocks": [{"block_hash": u64,
@@ -14,6 +15,7 @@ use crate::router::{DumpSegment, Tier};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::io::Write;
 
 /// One index of a dump.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,12 +137,76 @@ pub fn parse_dynamo_dump(body: &[u8]) -> KvResult<Vec<DumpedIndex>> {
 
 /// Dynamo's names of the tiers kvplane indexes (absent: the device).
 fn tier_of(name: Option<&str>) -> Option<Tier> {
-  match name.unwrap_or("device") {
-    "device" => Some(Tier::Device),
-    "host_pinned" => Some(Tier::Host),
-    "disk" => Some(Tier::Disk),
-    _ => None,
+  Tier::ALL
+    .into_iter()
+    .find(|&t| tier_name(t) == name.unwrap_or("device"))
+}
+
+/// A tier as Dynamo's dump names it (`storage_tier`).
+fn tier_name(t: Tier) -> &'static str {
+  match t {
+    Tier::Device => "device",
+    Tier::Host => "host_pinned",
+    Tier::Disk => "disk",
   }
+}
+
+/// An index's dumped segments as the `events` of its `/dump` entry, in pieces of about
+/// `piece_blocks` blocks each (whole events), each piece events separated by commas: the caller
+/// joins the pieces with commas inside `[` `]`, writing one at a time. Each block has its
+/// `kvplane_key`, and its `tokens_hash` when the segment has content hashes.
+pub fn write_events(segments: &[DumpSegment], piece_blocks: usize) -> Vec<Vec<u8>> {
+  let mut pieces = Vec::new();
+  let mut out = Vec::new();
+  let mut blocks = 0;
+  for s in segments {
+    if blocks >= piece_blocks.max(1) {
+      pieces.push(std::mem::take(&mut out));
+      blocks = 0;
+    }
+    if !out.is_empty() {
+      out.push(b',');
+    }
+    write_event(s, &mut out);
+    blocks += s.block_hashes.len();
+  }
+  if !out.is_empty() {
+    pieces.push(out);
+  }
+  pieces
+}
+
+fn write_event(s: &DumpSegment, out: &mut Vec<u8>) {
+  // Writing to a Vec cannot fail.
+  let _ = write!(
+    out,
+    r#"{{"worker_id":{},"storage_tier":"{}","residency_domain":"worker","event":{{"event_id":0,"data":{{"stored":{{"parent_hash":"#,
+    s.worker.worker_id,
+    tier_name(s.tier)
+  );
+  match s.parent {
+    Some(p) => {
+      let _ = write!(out, "{p}");
+    }
+    None => out.extend_from_slice(b"null"),
+  }
+  out.extend_from_slice(br#","start_position":null,"blocks":["#);
+  let hashed = s.content_hashes.len() == s.block_hashes.len();
+  for (i, h) in s.block_hashes.iter().enumerate() {
+    if i > 0 {
+      out.push(b',');
+    }
+    let _ = write!(out, r#"{{"block_hash":{h}"#);
+    if hashed {
+      let _ = write!(out, r#","tokens_hash":{}"#, s.content_hashes[i]);
+    }
+    out.extend_from_slice(br#","mm_extra_info":null"#);
+    if let Some(k) = s.keys.get(i) {
+      let _ = write!(out, r#","kvplane_key":{k}"#);
+    }
+    out.push(b'}');
+  }
+  let _ = write!(out, r#"]}}}},"dp_rank":{}}}}}"#, s.worker.dp_rank);
 }
 
 #[cfg(test)]
@@ -203,6 +269,74 @@ mod tests {
       (d[1].name.as_str(), d[1].block_size, d[1].segments.len()),
       ("n:g", 32, 0)
     );
+  }
+
+  #[test]
+  fn what_is_written_reads_back() {
+    let segments = vec![
+      DumpSegment {
+        tier: Tier::Device,
+        worker: WorkerKey {
+          worker_id: u64::MAX,
+          dp_rank: 2,
+        },
+        parent: None,
+        block_hashes: vec![1, 2],
+        content_hashes: vec![11, 12],
+        keys: vec![21, 22],
+      },
+      DumpSegment {
+        tier: Tier::Host,
+        worker: WorkerKey {
+          worker_id: 5,
+          dp_rank: 0,
+        },
+        parent: Some(2),
+        block_hashes: vec![3],
+        content_hashes: vec![],
+        keys: vec![23],
+      },
+      DumpSegment {
+        tier: Tier::Disk,
+        worker: WorkerKey {
+          worker_id: 5,
+          dp_rank: 0,
+        },
+        parent: Some(3),
+        block_hashes: vec![4],
+        content_hashes: vec![14],
+        keys: vec![],
+      },
+    ];
+    let pieces = write_events(&segments, 2);
+    assert_eq!(pieces.len(), 2);
+    let events = pieces.join(&b","[..]);
+    let body = [
+      &br#"{"m:default":{"block_size":16,"events":["#[..],
+      &events,
+      b"]}}",
+    ]
+    .concat();
+    let back = parse_dynamo_dump(&body).unwrap();
+    assert_eq!(back[0].segments, segments);
+    assert_eq!(back[0].skipped, 0);
+    // Valid JSON, with Dynamo's fields.
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let first = &v["m:default"]["events"][0];
+    assert_eq!(first["residency_domain"], "worker");
+    assert!(first["event"]["data"]["stored"]["parent_hash"].is_null());
+    assert!(first["event"]["data"]["stored"]["start_position"].is_null());
+    assert_eq!(
+      first["event"]["data"]["stored"]["blocks"][0]["tokens_hash"],
+      11
+    );
+    assert_eq!(v["m:default"]["events"][1]["storage_tier"], "host_pinned");
+    assert!(
+      v["m:default"]["events"][1]["event"]["data"]["stored"]["blocks"][0]
+        .get("tokens_hash")
+        .is_none()
+    );
+    assert!(write_events(&[], 4).is_empty());
   }
 
   #[test]
