@@ -21,10 +21,6 @@ export class Peers {
   /** Called after every change (the state file is written from it). */
   onChange: (() => void) | null = null;
 
-  constructor(urls: readonly string[] = []) {
-    for (const u of urls) this.add(u);
-  }
-
   list(): string[] {
     return [...this.#urls];
   }
