@@ -51,8 +51,10 @@ impl RouterIndex {
 /// Whether a segment has keys or content hashes for each of its blocks (and no partial list).
 fn storable(s: &DumpSegment) -> bool {
   let n = s.block_hashes.len();
+  let all = |m: usize| m == n;
+  let all_or_none = |m: usize| m == 0 || m == n;
   let (k, c) = (s.keys.len(), s.content_hashes.len());
-  (k == n || c == n) && (k == 0 || k == n) && (c == 0 || c == n)
+  all_or_none(k) && all_or_none(c) && (all(k) || all(c))
 }
 
 impl Shared<RouterIndex> {
